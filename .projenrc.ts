@@ -1,0 +1,115 @@
+import { cdk8s, javascript } from 'projen';
+
+const bundles = [
+  { entry: 'src/runtime/main.ts', out: 'lib/rcm-controller.js' },
+  { entry: 'src/installer/main.ts', out: 'lib/rcm-node-installer.js' },
+];
+
+const project = new cdk8s.ConstructLibraryCdk8s({
+  name: 'runtime-class-manager-cdk8s',
+  description: 'Install containerd shims (Spin, wasmtime, Kata, gVisor, ...) on Kubernetes nodes: cdk8s constructs, a controller and a node installer.',
+  author: 'runtime-class-manager-cdk8s authors',
+  authorAddress: 'maintainers@runtime-class-manager-cdk8s.dev',
+  repositoryUrl: 'https://github.com/runtime-class-manager-cdk8s/runtime-class-manager-cdk8s.git',
+  defaultReleaseBranch: 'main',
+  packageManager: javascript.NodePackageManager.NPM,
+  projenrcTs: true,
+  minNodeVersion: '20.19.0',
+  jsiiVersion: '~5.9.0',
+  typescriptVersion: '~5.9.0',
+  cdk8sVersion: '2.68.12',
+  constructsVersion: '10.3.0',
+  github: false,
+  release: false,
+  depsUpgrade: false,
+  buildWorkflow: false,
+  docgen: true,
+  keywords: ['cdk8s', 'kubernetes', 'containerd', 'runtimeclass', 'wasm', 'shim'],
+
+  // Sources live in src/ and the generated CRD classes in imports/; rootDir "." keeps both
+  // trees side by side under lib/ (lib/src, lib/imports).
+  srcdir: 'src',
+  libdir: 'lib',
+  entrypoint: 'lib/src/index.js',
+
+  tsconfig: {
+    compilerOptions: { rootDir: '.' },
+    include: ['imports/**/*.ts'],
+  },
+  // The controller and the node installer are not part of the jsii API: they are
+  // type-checked by their own tsconfig and bundled by esbuild (post-compile).
+  excludeTypescript: ['src/runtime/**', 'src/installer/**'],
+
+  devDeps: [
+    'cdk8s-cli@^2.200.0',
+    'esbuild@^0.25.0',
+    '@kubernetes/client-node@^1.4.0',
+    'smol-toml@^1.3.0',
+    'tar@^7.4.0',
+    'prom-client@^15.1.0',
+    'yaml@^2.6.0',
+    'ts-node',
+  ],
+  jestOptions: {
+    // Snapshots are checked, never silently rewritten: `npx jest -u` updates them on purpose.
+    updateSnapshot: javascript.UpdateSnapshot.NEVER,
+    jestConfig: {
+      testTimeout: 120_000,
+      testPathIgnorePatterns: ['/node_modules/', '/test/e2e/'],
+      coveragePathIgnorePatterns: ['/node_modules/', '/imports/'],
+      maxWorkers: 2,
+    },
+  },
+  eslintOptions: {
+    dirs: ['src'],
+    ignorePatterns: ['imports/**', '*.js', '*.d.ts', 'node_modules/'],
+  },
+  gitignore: ['/.cache/', '/test-reports/', '/coverage/'],
+});
+
+project.package.addBin({
+  'rcm-controller': 'lib/rcm-controller.js',
+  'rcm-node-installer': 'lib/rcm-node-installer.js',
+});
+// jsii and TypeScript consumers find the declarations beside the entrypoint.
+project.package.addField('types', 'lib/src/index.d.ts');
+project.addFields({ files: ['lib/**/*.js', 'lib/**/*.d.ts', 'crds/*.yaml', '.jsii', 'API.md', 'README.md'] });
+
+// The CRD YAML is the one source of truth: the typed classes in imports/ are generated from it.
+project.addTask('import', {
+  description: 'Generate the typed Shim classes in imports/ from crds/shims.runtime.spinkube.dev.yaml',
+  exec: 'cdk8s import crds/shims.runtime.spinkube.dev.yaml --language typescript --output imports',
+});
+
+const typecheckPrograms = project.addTask('typecheck:programs', {
+  description: 'Type-check the controller and the node installer (not part of the jsii API)',
+  exec: 'tsc -p tsconfig.programs.json',
+});
+const bundle = project.addTask('bundle:programs', {
+  description: 'Bundle the controller and the node installer into single files under lib/',
+});
+for (const b of bundles) {
+  bundle.exec(`esbuild ${b.entry} --bundle --platform=node --target=node20 --format=cjs --sourcemap=inline --banner:js='#!/usr/bin/env node' --outfile=${b.out}`);
+  bundle.exec(`chmod +x ${b.out}`);
+}
+project.postCompileTask.spawn(typecheckPrograms);
+project.postCompileTask.spawn(bundle);
+
+project.addTask('example', {
+  description: 'Synthesize every app in examples/ into dist/<app>/',
+  exec: 'node scripts/synth-examples.js',
+});
+
+// Tests provision what they need (Debian packages, the cached control plane) first.
+project.testTask.prependExec('bash scripts/provision.sh');
+
+project.addTask('e2e', {
+  description: 'End-to-end suite on a single-node cluster built from Debian packages (root required)',
+  exec: 'bash scripts/provision.sh && jest --runInBand --testPathIgnorePatterns /node_modules/ --testMatch "<rootDir>/test/e2e/**/*.test.ts"',
+});
+project.addTask('bench', {
+  description: 'Run the benchmarks (prints figures and ratios against a baseline)',
+  exec: 'bash bench/run-all.sh',
+});
+
+project.synth();

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Provisions what the integration and end-to-end tests need on a Debian 12 machine:
+# Debian packages (etcd, containerd, CNI plugins, busybox, Go toolchain to build the
+# control plane) and the Kubernetes 1.20.2 control plane built from Debian's source
+# package, cached outside the work tree. Idempotent: a second run only checks.
+#
+# Usage: scripts/provision.sh            (needs root for apt-get)
+# Env:   RCM_CACHE_DIR   where built binaries are cached (default ~/.cache/rcm)
+set -euo pipefail
+
+CACHE_DIR="${RCM_CACHE_DIR:-$HOME/.cache/rcm}"
+KUBE_VERSION="1.20.2"
+KUBE_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION"
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+DEB_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static openssl
+  iproute2 util-linux curl ca-certificates)
+BUILD_PACKAGES=(golang-go rsync jq golang-github-modern-go-reflect2-dev dpkg-dev)
+
+log() { printf '[provision] %s\n' "$*" >&2; }
+
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || printf '%s\n' "$p"
+  done
+}
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    log "ERROR: $1"
+    log "Run this script as root (sudo scripts/provision.sh) or install them yourself."
+    exit 3
+  fi
+}
+
+apt_updated=""
+apt_install() {
+  [ $# -gt 0 ] || return 0
+  need_root "missing Debian packages: $*"
+  if [ -z "$apt_updated" ]; then
+    # Unreachable third-party sources must not stop us; Debian's own are what we need.
+    apt-get update -qq || log "apt-get update reported errors; continuing"
+    apt_updated=1
+  fi
+  log "installing Debian packages: $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+ensure_deb_src() {
+  if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src ' /etc/apt/sources.list; then
+    need_root "deb-src entries are needed to fetch Debian's kubernetes source package"
+    log "adding deb-src for bookworm"
+    cat > /etc/apt/sources.list.d/rcm-deb-src.sources <<'SRC'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    apt_updated=""
+  fi
+}
+
+build_kubernetes() {
+  local b complete=1
+  for b in "${KUBE_BINARIES[@]}"; do [ -x "$KUBE_DIR/$b" ] || complete=""; done
+  if [ -n "$complete" ]; then
+    log "kubernetes $KUBE_VERSION binaries cached in $KUBE_DIR"
+    return 0
+  fi
+  ensure_deb_src
+  # shellcheck disable=SC2046
+  apt_install $(missing_packages "${BUILD_PACKAGES[@]}")
+  [ -n "$apt_updated" ] || { apt-get update -qq || true; apt_updated=1; }
+  local work
+  work="$(mktemp -d "${TMPDIR:-/tmp}/rcm-kube-build.XXXXXX")"
+  log "building kubernetes $KUBE_VERSION from Debian's source package in $work (about 5 minutes)"
+  (
+    cd "$work"
+    apt-get source --download-only kubernetes >/dev/null
+    tar xzf kubernetes_*.orig.tar.gz
+    cd "kubernetes-$KUBE_VERSION"
+    mkdir -p .go/src/k8s.io && ln -sfn ../../.. .go/src/k8s.io/kubernetes
+    # The vendored reflect2 1.0.1 crashes the API server under Go >= 1.18 on the first
+    # custom resource request; Debian's 1.0.2 source is a drop-in replacement.
+    rm -rf vendor/github.com/modern-go/reflect2
+    cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 vendor/github.com/modern-go/reflect2
+    rm -f vendor/github.com/modern-go/reflect2/*_test.go
+    env GOPATH="$PWD/.go" HOME="$work/home" GOCACHE="$work/gocache" CGO_ENABLED=0 \
+      make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubelet cmd/kubectl" >"$work/build.log" 2>&1 \
+      || { tail -40 "$work/build.log" >&2; exit 1; }
+    mkdir -p "$KUBE_DIR.tmp"
+    for b in "${KUBE_BINARIES[@]}"; do cp "_output/bin/$b" "$KUBE_DIR.tmp/$b"; done
+  )
+  rm -rf "$KUBE_DIR" && mv "$KUBE_DIR.tmp" "$KUBE_DIR"
+  rm -rf "$work"
+  log "kubernetes $KUBE_VERSION binaries cached in $KUBE_DIR"
+}
+
+main() {
+  # shellcheck disable=SC2046
+  apt_install $(missing_packages "${DEB_PACKAGES[@]}")
+  build_kubernetes
+  log "ready"
+}
+
+main "$@"

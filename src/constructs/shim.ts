@@ -1,0 +1,332 @@
+import { ApiObject, Lazy } from 'cdk8s';
+import { Construct, IConstruct } from 'constructs';
+import {
+  Shim, ShimSpec, ShimSpecFetchStrategyType, ShimSpecRolloutStrategyRollingMaxUpdate,
+  ShimSpecRuntimeClassOverheadPodFixed,
+} from '../../imports/runtime.spinkube.dev';
+import { SKIP_DRY_RUN, SYNC_OPTIONS_ANNOTATION, SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
+import { ShimNodeLabels } from './node-labels';
+import { ContainerdRestart, Rollout } from './rollout';
+import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256 } from './validation';
+
+/** A shim artifact for one node platform. */
+export interface ShimPlatformArtifact {
+  /**
+   * Node operating system, as in the node's `kubernetes.io/os` label.
+   * @example 'linux'
+   */
+  readonly os: string;
+  /**
+   * Node architecture, as in the node's `kubernetes.io/arch` label.
+   * @example 'arm64'
+   */
+  readonly arch: string;
+  /** URL of a `.tar.gz` holding `containerd-shim-<name>-v<N>`, or of the bare binary. */
+  readonly location: string;
+  /**
+   * Expected sha256 of the artifact (64 lowercase hex digits).
+   * @default - not verified; the node installer warns loudly
+   */
+  readonly sha256?: string;
+}
+
+/** A toleration added to pods of the shim's RuntimeClass and to its installer Jobs. */
+export interface ShimToleration {
+  /**
+   * The taint key to tolerate.
+   * @default - every key (with operator Exists)
+   */
+  readonly key?: string;
+  /**
+   * `Exists` or `Equal`.
+   * @default 'Equal'
+   */
+  readonly operator?: string;
+  /**
+   * The taint value to tolerate (operator Equal).
+   * @default - empty
+   */
+  readonly value?: string;
+  /**
+   * `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+   * @default - every effect
+   */
+  readonly effect?: string;
+  /**
+   * How long a NoExecute taint is tolerated, in seconds.
+   * @default - forever
+   */
+  readonly tolerationSeconds?: number;
+}
+
+/** Props of a `ShimConstruct`. */
+export interface ShimConstructProps {
+  /**
+   * Name of the Shim object (a DNS label).
+   * @default - the construct id
+   */
+  readonly name?: string;
+  /**
+   * The runtime handler: the name of the runtime in containerd's config and in the
+   * RuntimeClass (a DNS label), for example `spin`.
+   */
+  readonly handler: string;
+  /**
+   * Name of the RuntimeClass that pods reference in `runtimeClassName` (a DNS subdomain).
+   * @default - the Shim's name
+   */
+  readonly runtimeClassName?: string;
+  /**
+   * URL of the artifact for nodes that no entry of `platforms` matches.
+   * @default - none: every node must match an entry of `platforms`
+   */
+  readonly location?: string;
+  /**
+   * Expected sha256 of the artifact at `location` (64 lowercase hex digits).
+   * @default - not verified; the node installer warns loudly
+   */
+  readonly sha256?: string;
+  /**
+   * Per-platform artifacts, matched on the node's os and arch labels.
+   * @default - only `location`
+   */
+  readonly platforms?: ShimPlatformArtifact[];
+  /**
+   * Accept `http://` artifact locations. Without TLS anyone on the path can replace the
+   * shim, so pair it with `sha256`.
+   * @default false
+   */
+  readonly allowInsecureHttp?: boolean;
+  /**
+   * Labels a node must carry to get the shim.
+   * @default - all nodes
+   */
+  readonly nodeSelector?: { [key: string]: string };
+  /**
+   * How the shim is rolled out over the selected nodes.
+   * @default Rollout.recreate()
+   */
+  readonly rollout?: Rollout;
+  /**
+   * Options written under the handler's `options` table in containerd's config.
+   * @default - none
+   */
+  readonly runtimeOptions?: { [key: string]: string };
+  /**
+   * How the node installer restarts containerd.
+   * @default - the controller's default restart mode
+   */
+  readonly restart?: ContainerdRestart;
+  /**
+   * Fixed resources a pod of this RuntimeClass uses beyond its containers, as quantities
+   * (for example `{ memory: '64Mi', cpu: '50m' }`).
+   * @see https://kubernetes.io/docs/concepts/scheduling-eviction/pod-overhead/
+   * @default - none
+   */
+  readonly overhead?: { [resource: string]: string };
+  /**
+   * Tolerations for pods of this RuntimeClass; the installer Jobs get them too, so tainted
+   * nodes that should run the shim can receive it.
+   * @default - none
+   */
+  readonly tolerations?: ShimToleration[];
+  /**
+   * Synthesize the RuntimeClass too. The controller keeps it in shape either way and
+   * adopts one synthesized here without fighting over its fields.
+   * @default true
+   */
+  readonly createRuntimeClass?: boolean;
+}
+
+const TOLERATION_OPERATORS = ['Exists', 'Equal'];
+const TOLERATION_EFFECTS = ['NoSchedule', 'PreferNoSchedule', 'NoExecute'];
+
+/**
+ * One Shim custom resource and, by default, its RuntimeClass. The RuntimeClass schedules
+ * pods only onto nodes where the controller has marked the shim provisioned.
+ */
+export class ShimConstruct extends Construct {
+  /** The Shim object's name. */
+  public readonly name: string;
+  /** The runtime handler. */
+  public readonly handler: string;
+  /** The RuntimeClass name. */
+  public readonly runtimeClassName: string;
+  /** The Shim object. */
+  public readonly resource: ApiObject;
+  /**
+   * The RuntimeClass object.
+   * @default - undefined when `createRuntimeClass` is false
+   */
+  public readonly runtimeClass?: ApiObject;
+
+  private readonly platforms: ShimPlatformArtifact[] = [];
+  private readonly allowInsecureHttp: boolean;
+  private readonly location?: string;
+
+  constructor(scope: Construct, id: string, props: ShimConstructProps) {
+    super(scope, id);
+    this.name = props.name ?? id;
+    this.handler = props.handler;
+    this.runtimeClassName = props.runtimeClassName ?? this.name;
+    validateProps(this.name, this.runtimeClassName, props);
+    this.allowInsecureHttp = props.allowInsecureHttp ?? false;
+    this.location = props.location;
+    for (const platform of props.platforms ?? []) this.addPlatform(platform);
+
+    const spec: ShimSpec = {
+      nodeSelector: props.nodeSelector,
+      fetchStrategy: {
+        type: ShimSpecFetchStrategyType.ANONYMOUS_HTTP,
+        anonHttp: {
+          location: props.location,
+          sha256: props.sha256,
+          platforms: Lazy.any({ produce: () => this.renderPlatforms() }) as any,
+        },
+      },
+      runtimeClass: {
+        name: this.runtimeClassName,
+        handler: this.handler,
+        overhead: props.overhead ? { podFixed: mapValues(props.overhead, ShimSpecRuntimeClassOverheadPodFixed.fromString) } : undefined,
+        // Operators and effects were checked against the same enums above.
+        tolerations: props.tolerations?.map(t => ({ ...t })) as any,
+      },
+      rolloutStrategy: rolloutSpec(props.rollout ?? Rollout.recreate()),
+      containerdRuntimeOptions: props.runtimeOptions,
+      restart: props.restart?.toSpec(),
+    };
+    this.resource = new Shim(this, 'Resource', {
+      metadata: {
+        name: this.name,
+        annotations: {
+          [SYNC_WAVE_ANNOTATION]: SyncWave.SHIM,
+          [SYNC_OPTIONS_ANNOTATION]: SKIP_DRY_RUN,
+        },
+      },
+      spec,
+    });
+
+    if (props.createRuntimeClass ?? true) {
+      this.runtimeClass = new ApiObject(this, 'RuntimeClass', {
+        apiVersion: 'node.k8s.io/v1',
+        kind: 'RuntimeClass',
+        metadata: {
+          name: this.runtimeClassName,
+          labels: { 'app.kubernetes.io/managed-by': 'runtime-class-manager' },
+          annotations: { [SYNC_WAVE_ANNOTATION]: SyncWave.SHIM },
+        },
+        handler: this.handler,
+        scheduling: {
+          // Pods land only where the controller has marked the shim installed, not merely
+          // where the Shim's nodeSelector matches.
+          nodeSelector: { [ShimNodeLabels.stateKey(this.name)]: ShimNodeLabels.PROVISIONED },
+          tolerations: props.tolerations?.map(t => ({ ...t })),
+        },
+        overhead: props.overhead ? { podFixed: { ...props.overhead } } : undefined,
+      });
+    }
+
+    this.node.addValidation({ validate: () => this.validateUniqueness() });
+  }
+
+  /**
+   * Add an artifact for one more node platform.
+   * @param artifact the platform and where its artifact is
+   */
+  public addPlatform(artifact: ShimPlatformArtifact): void {
+    validatePlatform(artifact, this.platforms.length, this.allowInsecureHttp);
+    if (this.platforms.some(p => p.os === artifact.os && p.arch === artifact.arch)) {
+      throw new Error(`platforms: ${artifact.os}/${artifact.arch} is given twice`);
+    }
+    this.platforms.push({ ...artifact });
+  }
+
+  private renderPlatforms(): any {
+    if (this.platforms.length === 0) return undefined;
+    return [...this.platforms]
+      .sort((a, b) => `${a.os}/${a.arch}`.localeCompare(`${b.os}/${b.arch}`))
+      .map(p => ({ os: p.os, arch: p.arch, location: p.location, sha256: p.sha256 }));
+  }
+
+  private validateUniqueness(): string[] {
+    const errors: string[] = [];
+    if (this.platforms.length === 0 && this.location === undefined) {
+      errors.push(`Shim "${this.name}": location: no artifact: set location or add at least one platform`);
+    }
+    for (const other of allShims(this)) {
+      if (other === this) continue;
+      if (other.name === this.name) errors.push(`Shim "${this.name}": name is used by another Shim in this app (${other.node.path})`);
+      if (other.handler === this.handler) errors.push(`Shim "${this.name}": handler "${this.handler}" is also claimed by Shim "${other.name}"`);
+      if (other.runtimeClass && this.runtimeClass && other.runtimeClassName === this.runtimeClassName) {
+        errors.push(`Shim "${this.name}": runtimeClassName "${this.runtimeClassName}" is also used by Shim "${other.name}"`);
+      }
+    }
+    return errors;
+  }
+}
+
+function allShims(scope: IConstruct): ShimConstruct[] {
+  return scope.node.root.node.findAll().filter((c): c is ShimConstruct => c instanceof ShimConstruct);
+}
+
+function mapValues<T>(map: { [key: string]: string }, convert: (value: string) => T): { [key: string]: T } {
+  return Object.fromEntries(Object.entries(map).map(([key, value]) => [key, convert(value)]));
+}
+
+/** The generated class wraps int-or-string values; a Rollout speaks plain JSON. */
+function rolloutSpec(rollout: Rollout): any {
+  const spec = rollout.toSpec();
+  if (spec.rolling === undefined) return spec;
+  const maxUpdate = spec.rolling.maxUpdate;
+  return {
+    type: spec.type,
+    rolling: {
+      maxUpdate: typeof maxUpdate === 'number'
+        ? ShimSpecRolloutStrategyRollingMaxUpdate.fromNumber(maxUpdate)
+        : ShimSpecRolloutStrategyRollingMaxUpdate.fromString(maxUpdate),
+    },
+  };
+}
+
+function validateProps(name: string, runtimeClassName: string, props: ShimConstructProps): void {
+  if (!isDnsLabel(name)) {
+    throw new Error(`name: "${name}" is not a DNS label (lowercase letters, digits and '-', at most 63 characters); set props.name`);
+  }
+  if (!isDnsLabel(props.handler)) {
+    throw new Error(`handler: "${props.handler}" is not a DNS label (lowercase letters, digits and '-', at most 63 characters)`);
+  }
+  if (!isDnsSubdomain(runtimeClassName)) {
+    throw new Error(`runtimeClassName: "${runtimeClassName}" is not a DNS subdomain`);
+  }
+  const allowHttp = props.allowInsecureHttp ?? false;
+  if (props.location !== undefined) {
+    const problem = artifactUrlProblem(props.location, allowHttp);
+    if (problem) throw new Error(`location: "${props.location}" ${problem}`);
+  }
+  if (props.sha256 !== undefined) {
+    if (!isSha256(props.sha256)) throw new Error(`sha256: "${props.sha256}" is not 64 lowercase hex digits`);
+    if (props.location === undefined) throw new Error('sha256: given without location (put per-platform checksums on the platform entries)');
+  }
+  for (const [resource, quantity] of Object.entries(props.overhead ?? {})) {
+    if (!isQuantity(quantity)) throw new Error(`overhead.${resource}: "${quantity}" is not a Kubernetes quantity`);
+  }
+  (props.tolerations ?? []).forEach((t, i) => {
+    if (t.operator !== undefined && !TOLERATION_OPERATORS.includes(t.operator)) {
+      throw new Error(`tolerations[${i}].operator: "${t.operator}" is not one of ${TOLERATION_OPERATORS.join(', ')}`);
+    }
+    if (t.effect !== undefined && !TOLERATION_EFFECTS.includes(t.effect)) {
+      throw new Error(`tolerations[${i}].effect: "${t.effect}" is not one of ${TOLERATION_EFFECTS.join(', ')}`);
+    }
+    if (t.operator === 'Exists' && t.value) throw new Error(`tolerations[${i}].value: must be empty with operator Exists`);
+    if (t.key === undefined && t.operator !== 'Exists') throw new Error(`tolerations[${i}].key: an empty key needs operator Exists`);
+  });
+}
+
+function validatePlatform(p: ShimPlatformArtifact, index: number, allowInsecureHttp: boolean): void {
+  const field = `platforms[${index}]`;
+  if (!isPlatformOs(p.os)) throw new Error(`${field}.os: "${p.os}" is not a node os like "linux"`);
+  if (!isPlatformArch(p.arch)) throw new Error(`${field}.arch: "${p.arch}" is not a node arch like "amd64" or "arm64"`);
+  const problem = artifactUrlProblem(p.location, allowInsecureHttp);
+  if (problem) throw new Error(`${field}.location: "${p.location}" ${problem}`);
+  if (p.sha256 !== undefined && !isSha256(p.sha256)) throw new Error(`${field}.sha256: "${p.sha256}" is not 64 lowercase hex digits`);
+}

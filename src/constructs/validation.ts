@@ -1,0 +1,53 @@
+// Shape checks shared by the constructs, the controller and the node installer, so that a
+// name is judged the same way at synth time, at reconcile time and on the node.
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const SHA256 = /^[a-f0-9]{64}$/;
+const QUANTITY = /^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$/;
+const PLATFORM_OS = /^[a-z0-9]+$/;
+const PLATFORM_ARCH = /^[a-z0-9_]+$/;
+
+/** RFC 1123 label: what Kubernetes requires of RuntimeClass handlers and many names. */
+export function isDnsLabel(value: string): boolean {
+  return value.length <= 63 && DNS_LABEL.test(value);
+}
+
+/** RFC 1123 subdomain: what Kubernetes requires of most object names. */
+export function isDnsSubdomain(value: string): boolean {
+  return value.length <= 253 && DNS_SUBDOMAIN.test(value);
+}
+
+export function isSha256(value: string): boolean {
+  return SHA256.test(value);
+}
+
+export function isQuantity(value: string): boolean {
+  return QUANTITY.test(value);
+}
+
+export function isPlatformOs(value: string): boolean {
+  return PLATFORM_OS.test(value);
+}
+
+export function isPlatformArch(value: string): boolean {
+  return PLATFORM_ARCH.test(value);
+}
+
+/**
+ * Why `location` is not an acceptable artifact URL, or undefined when it is.
+ * Plain http is refused unless explicitly allowed: a shim runs as root-equivalent on nodes.
+ */
+export function artifactUrlProblem(location: string, allowInsecureHttp: boolean): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(location);
+  } catch {
+    return 'is not a valid URL';
+  }
+  if (url.protocol === 'https:') return undefined;
+  if (url.protocol === 'http:') {
+    return allowInsecureHttp ? undefined : 'uses plain http (set allowInsecureHttp to accept it)';
+  }
+  return `uses unsupported scheme "${url.protocol.replace(/:$/, '')}" (only https and http are supported)`;
+}

@@ -1,0 +1,5 @@
+export * from './constructs/node-labels';
+export * from './constructs/rollout';
+export * from './constructs/shim';
+export * from './constructs/shim-definition';
+export * from './constructs/runtime-class-manager';
