@@ -1,0 +1,11 @@
+import * as os from 'os';
+import * as path from 'path';
+
+/** Where scripts/provision.sh caches the Kubernetes binaries built from Debian's source. */
+export const KUBE_VERSION = '1.20.2';
+export const CACHE_DIR = process.env.RCM_CACHE_DIR ?? path.join(os.homedir(), '.cache', 'rcm');
+export const KUBE_BIN_DIR = path.join(CACHE_DIR, `kubernetes-${KUBE_VERSION}`);
+
+export function kubeBinary(name: 'kube-apiserver' | 'kube-controller-manager' | 'kube-scheduler' | 'kubelet' | 'kubectl'): string {
+  return path.join(KUBE_BIN_DIR, name);
+}
