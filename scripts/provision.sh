@@ -97,10 +97,35 @@ build_kubernetes() {
   log "kubernetes $KUBE_VERSION binaries cached in $KUBE_DIR"
 }
 
+# containerd 1.7 (trixie) and 2.1 (sid) binaries for the config oracle tests: downloaded with
+# a private apt list folder so the machine's own sources stay untouched, unpacked with dpkg -x.
+fetch_containerd_suite() {
+  local suite="$1" dest="$CACHE_DIR/containerd-$1"
+  if [ -x "$dest/usr/bin/containerd" ]; then
+    log "containerd from $suite cached in $dest"
+    return 0
+  fi
+  local work
+  work="$(mktemp -d "${TMPDIR:-/tmp}/rcm-containerd-$suite.XXXXXX")"
+  mkdir -p "$work/lists/partial" "$work/archives/partial"
+  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian %s main\n' "$suite" > "$work/sources.list"
+  local opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$work/lists"
+    -o "Dir::Cache::Archives=$work/archives" -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1")
+  log "downloading containerd from Debian $suite"
+  apt-get "${opts[@]}" update -qq >/dev/null
+  (cd "$work" && apt-get "${opts[@]}" download containerd >/dev/null 2>&1)
+  mkdir -p "$dest.tmp"
+  dpkg -x "$work"/containerd_*.deb "$dest.tmp"
+  rm -rf "$dest" && mv "$dest.tmp" "$dest" && rm -rf "$work"
+  log "containerd from $suite: $("$dest/usr/bin/containerd" --version)"
+}
+
 main() {
   # shellcheck disable=SC2046
   apt_install $(missing_packages "${DEB_PACKAGES[@]}")
   build_kubernetes
+  fetch_containerd_suite trixie
+  fetch_containerd_suite sid
   log "ready"
 }
 

@@ -9,3 +9,10 @@ export const KUBE_BIN_DIR = path.join(CACHE_DIR, `kubernetes-${KUBE_VERSION}`);
 export function kubeBinary(name: 'kube-apiserver' | 'kube-controller-manager' | 'kube-scheduler' | 'kubelet' | 'kubectl'): string {
   return path.join(KUBE_BIN_DIR, name);
 }
+
+/** containerd binaries used as oracles: Debian bookworm (installed), trixie and sid (cached by provision.sh). */
+export const CONTAINERD_BINARIES: { version: string; major: number; binary: string }[] = [
+  { version: '1.6', major: 1, binary: '/usr/bin/containerd' },
+  { version: '1.7', major: 1, binary: path.join(CACHE_DIR, 'containerd-trixie', 'usr', 'bin', 'containerd') },
+  { version: '2.1', major: 2, binary: path.join(CACHE_DIR, 'containerd-sid', 'usr', 'bin', 'containerd') },
+];

@@ -1,0 +1,270 @@
+// Pure "config text in, config text out" transforms of containerd's configuration.
+//
+// The handler is added as a delimited block of TOML appended to the file, so comments,
+// ordering, Go-template directives (k3s/rke2) and everything else stay byte for byte.
+// Every edit is parsed with smol-toml before and after and must change exactly the one
+// handler table; if appending cannot express that (for example the runtimes table is an
+// inline table), the edit is refused rather than guessed.
+import { parse, stringify } from 'smol-toml';
+
+export type ConfigVersion = 1 | 2 | 3;
+
+/** Where runtime handlers live, per config schema version. */
+export const RUNTIMES_PATH: Record<ConfigVersion, string[]> = {
+  1: ['plugins', 'cri', 'containerd', 'runtimes'],
+  2: ['plugins', 'io.containerd.grpc.v1.cri', 'containerd', 'runtimes'],
+  3: ['plugins', 'io.containerd.cri.v1.runtime', 'containerd', 'runtimes'],
+};
+
+export class ConfigError extends Error {}
+
+export interface RuntimeEntry {
+  /** The runtime handler (a DNS label, validated by the caller). */
+  readonly handler: string;
+  /** runtime_type: the absolute path of the shim binary. */
+  readonly runtimeType: string;
+  /** Values for the handler's options table. */
+  readonly options: Record<string, string>;
+}
+
+const TEMPLATE_LINE = /^\s*\{\{.*\}\}\s*$/;
+
+/** The TOML part of a file; Go-template directive lines (k3s/rke2 templates) are blanked. */
+export function tomlPart(text: string): string {
+  return text.split('\n').map(line => (TEMPLATE_LINE.test(line) ? '' : line)).join('\n');
+}
+
+export function parseConfig(text: string, file = 'config'): Record<string, any> {
+  try {
+    return parse(tomlPart(text)) as Record<string, any>;
+  } catch (e) {
+    throw new ConfigError(`${file} is not valid TOML: ${(e as Error).message.split('\n')[0]}`);
+  }
+}
+
+/**
+ * The schema version a file is written in. A file without `version` is version 1 to
+ * containerd; an empty (or missing) file takes the version of the running containerd.
+ */
+export function detectConfigVersion(text: string, containerdMajor?: number): ConfigVersion {
+  const config = parseConfig(text);
+  const declared = config.version;
+  if (declared === undefined) {
+    const meaningful = Object.keys(config).length > 0;
+    if (meaningful) return 1;
+    return containerdMajor !== undefined && containerdMajor >= 2 ? 3 : 2;
+  }
+  if (declared === 1 || declared === 2 || declared === 3) return declared;
+  throw new ConfigError(`unsupported config version ${JSON.stringify(declared)} (expected 1, 2 or 3)`);
+}
+
+/**
+ * Whether adding a handler must also write out containerd's default runtimes: containerd
+ * 1.x replaces its default runtimes map as soon as the file declares any runtime (2.x
+ * merges). A k3s/rke2 template's base already renders the defaults.
+ */
+export function needsDefaultRuntimes(text: string, version: ConfigVersion, containerdMajor: number | undefined): boolean {
+  if (containerdMajor !== undefined && containerdMajor >= 2) return false;
+  if (/\{\{\s*template\s+"base"/.test(text)) return false;
+  return lookup(parseConfig(text), RUNTIMES_PATH[version]) === undefined;
+}
+
+/** Refuses schema/daemon combinations whose edits containerd would ignore. */
+export function checkVersionSupported(version: ConfigVersion, containerdMajor: number | undefined): void {
+  if (containerdMajor === undefined) return;
+  if (containerdMajor < 2 && version === 3) {
+    throw new ConfigError('a version-3 config file cannot be read by containerd 1.x; the file and the daemon disagree');
+  }
+  if (containerdMajor >= 2 && version === 1) {
+    throw new ConfigError('a version-1 config file on containerd 2: migrate it first (containerd config migrate) and retry');
+  }
+}
+
+function lookup(config: Record<string, any>, path: string[]): any {
+  return path.reduce<any>((node, key) => (node && typeof node === 'object' ? node[key] : undefined), config);
+}
+
+function quoteKey(key: string): string {
+  return /^[A-Za-z0-9_-]+$/.test(key) ? key : JSON.stringify(key);
+}
+
+function tomlString(value: string): string {
+  return JSON.stringify(value); // a JSON string is a valid TOML basic string
+}
+
+const DEFAULTS_BLOCK = 'default runtimes';
+const HANDLER_BLOCK = '# BEGIN runtime-class-manager handler ';
+
+function beginMarker(handler: string): string {
+  return handler === DEFAULTS_BLOCK
+    ? '# BEGIN runtime-class-manager default runtimes (written out so that containerd 1.x keeps them)'
+    : `${HANDLER_BLOCK}${handler} (managed; edits here are overwritten)`;
+}
+function endMarker(handler: string): string {
+  return handler === DEFAULTS_BLOCK ? '# END runtime-class-manager default runtimes' : `# END runtime-class-manager handler ${handler}`;
+}
+
+/** The block that declares one handler, delimited by markers so it can be removed exactly. */
+export function runtimeBlock(version: ConfigVersion, entry: RuntimeEntry): string {
+  const table = [...RUNTIMES_PATH[version], entry.handler].map(quoteKey).join('.');
+  const lines = [beginMarker(entry.handler), `[${table}]`, `  runtime_type = ${tomlString(entry.runtimeType)}`];
+  const optionKeys = Object.keys(entry.options).sort();
+  if (optionKeys.length > 0) {
+    lines.push(`[${table}.options]`);
+    for (const key of optionKeys) lines.push(`  ${quoteKey(key)} = ${optionValue(entry.options[key])}`);
+  }
+  lines.push(endMarker(entry.handler));
+  return lines.join('\n') + '\n';
+}
+
+/** Option values arrive as strings; containerd expects booleans and numbers as such. */
+function optionValue(value: string): string {
+  if (value === 'true' || value === 'false') return value;
+  if (/^-?(0|[1-9][0-9]*)$/.test(value)) return value;
+  return tomlString(value);
+}
+
+function stripBlock(text: string, handler: string): { text: string; found: boolean } {
+  const start = text.indexOf(beginMarker(handler));
+  if (start < 0) return { text, found: false };
+  const endLine = endMarker(handler);
+  const end = text.indexOf(endLine, start);
+  if (end < 0) throw new ConfigError(`the managed block of handler ${handler} has no end marker; refusing to guess where it ends`);
+  let after = end + endLine.length;
+  if (text[after] === '\n') after++;
+  return { text: text.slice(0, start) + text.slice(after), found: true };
+}
+
+function withoutHandler(config: Record<string, any>, version: ConfigVersion, handler: string): Record<string, any> {
+  const copy = structuredClone(config);
+  const runtimes = lookup(copy, RUNTIMES_PATH[version]);
+  if (runtimes && typeof runtimes === 'object') delete runtimes[handler];
+  return copy;
+}
+
+/** Whether the file declares `handler` (outside our managed block too). */
+export function hasHandler(text: string, version: ConfigVersion, handler: string): boolean {
+  const runtimes = lookup(parseConfig(text), RUNTIMES_PATH[version]);
+  return Boolean(runtimes && typeof runtimes === 'object' && handler in runtimes);
+}
+
+/**
+ * Adds (or replaces our own earlier) handler. Refuses a handler that the file already
+ * declares outside a managed block: someone else owns it.
+ */
+/** What an edit added besides the blocks, so that undoing it restores the file byte for byte. */
+export interface EditRecord {
+  /** A newline after a last line that had none. */
+  readonly addedSeparator: boolean;
+  /** `version = N` in front of a file without settings. */
+  readonly addedVersionLine: boolean;
+}
+
+export function addRuntime(text: string, version: ConfigVersion, entry: RuntimeEntry,
+  defaultRuntimes?: Record<string, any>): { text: string } & EditRecord {
+  const original = parseConfig(text);
+  const { text: base, found } = stripBlock(text, entry.handler);
+  const baseConfig = found ? parseConfig(base) : original;
+  if (lookup(baseConfig, [...RUNTIMES_PATH[version], entry.handler]) !== undefined) {
+    throw new ConfigError(`handler "${entry.handler}" is already configured in this file by something else; not touching it`);
+  }
+  const separator = base.length === 0 || base.endsWith('\n') ? '' : '\n';
+  // A file without settings would be read as version 1: declare the version we write in.
+  const declaresNothing = Object.keys(baseConfig).length === 0 && version > 1;
+  let result = base + separator + (declaresNothing ? versionLine(version) : '');
+  // containerd 1.x replaces its default runtimes map with the file's as soon as the file
+  // declares one runtime: without the defaults written out, adding a handler would drop runc.
+  if (defaultRuntimes && lookup(baseConfig, RUNTIMES_PATH[version]) === undefined) {
+    result += defaultRuntimesBlock(version, defaultRuntimes);
+  }
+  result += runtimeBlock(version, entry);
+  verifyOnlyHandlerChanged(baseConfig, result, version, entry.handler, defaultRuntimes, declaresNothing);
+  const added = lookup(parseConfig(result), [...RUNTIMES_PATH[version], entry.handler]);
+  if (!added || added.runtime_type !== entry.runtimeType) {
+    throw new ConfigError(`the edited file does not declare handler "${entry.handler}" as expected`);
+  }
+  return { text: result, addedSeparator: separator.length > 0, addedVersionLine: declaresNothing };
+}
+
+/** Removes our managed block of `handler`; the rest of the file is left byte for byte. */
+export function removeRuntime(text: string, version: ConfigVersion, handler: string,
+  edit: Partial<EditRecord> = {}): { text: string; removed: boolean } {
+  const before = parseConfig(text);
+  const stripped = stripBlock(text, handler);
+  if (!stripped.found) return { text, removed: false };
+  let result = stripped.text;
+  let defaultRuntimes: Record<string, any> | undefined;
+  if (!result.includes(HANDLER_BLOCK)) {
+    // The written-out defaults leave with the last managed handler.
+    const defaults = stripBlock(result, DEFAULTS_BLOCK);
+    if (defaults.found) {
+      defaultRuntimes = lookup(parseConfig(result), RUNTIMES_PATH[version]);
+      result = defaults.text;
+    }
+    if (edit.addedSeparator && result.endsWith('\n')) result = result.slice(0, -1);
+    if (edit.addedVersionLine && result.startsWith(versionLine(version))) result = result.slice(versionLine(version).length);
+  }
+  verifyOnlyHandlerChanged(before, result, version, handler, defaultRuntimes, edit.addedVersionLine);
+  return { text: result, removed: true };
+}
+
+function versionLine(version: ConfigVersion): string {
+  return `version = ${version}\n`;
+}
+
+/** The default runtimes (from `containerd config default`), as a managed block. */
+function defaultRuntimesBlock(version: ConfigVersion, runtimes: Record<string, any>): string {
+  const nested = RUNTIMES_PATH[version].reduceRight<Record<string, any>>((inner, key) => ({ [key]: inner }), structuredClone(runtimes));
+  return `${beginMarker(DEFAULTS_BLOCK)}\n${stringify(nested)}\n${endMarker(DEFAULTS_BLOCK)}\n`;
+}
+
+/** The runtimes table of `containerd config default` output, translated to `version`'s path. */
+export function defaultRuntimesOf(defaultConfigText: string): Record<string, any> | undefined {
+  const config = parseConfig(defaultConfigText, 'containerd config default');
+  for (const v of [3, 2, 1] as ConfigVersion[]) {
+    const runtimes = lookup(config, RUNTIMES_PATH[v]);
+    if (runtimes && typeof runtimes === 'object') return runtimes;
+  }
+  return undefined;
+}
+
+function verifyOnlyHandlerChanged(before: Record<string, any>, resultText: string, version: ConfigVersion, handler: string,
+  defaultRuntimes?: Record<string, any>, versionLineEdited = false): void {
+  let after: Record<string, any>;
+  try {
+    after = parseConfig(resultText);
+  } catch (e) {
+    throw new ConfigError(`appending handler "${handler}" would make the file invalid (${(e as Error).message}); ` +
+      'the runtimes table is probably an inline table or dotted keys: add the handler by hand');
+  }
+  // The written-out defaults are what containerd used anyway; they are not a change.
+  const ignoringDefaults = (config: Record<string, any>) => {
+    const copy = withoutHandler(config, version, handler);
+    if (versionLineEdited) delete copy.version; // declared for a file without settings
+    const runtimes = lookup(copy, RUNTIMES_PATH[version]);
+    for (const name of Object.keys(defaultRuntimes ?? {})) {
+      if (runtimes && deepEqual(runtimes[name], defaultRuntimes![name])) delete runtimes[name];
+    }
+    return copy;
+  };
+  if (!deepEqual(ignoringDefaults(before), ignoringDefaults(after))) {
+    throw new ConfigError(`editing handler "${handler}" would change more than that handler; refusing`);
+  }
+}
+
+function deepEqual(a: unknown, b: unknown): boolean {
+  return JSON.stringify(normalise(a)) === JSON.stringify(normalise(b));
+}
+
+function normalise(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(normalise);
+  if (value && typeof value === 'object' && !(value instanceof Date)) {
+    // Empty tables mean nothing to containerd; adding a handler may create its parents.
+    const entries = Object.entries(value as Record<string, unknown>)
+      .map(([k, v]) => [k, normalise(v)] as const)
+      .filter(([, v]) => !(v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 0))
+      .sort(([x], [y]) => (x < y ? -1 : 1));
+    return Object.fromEntries(entries);
+  }
+  return value instanceof Date ? value.toISOString() : value;
+}

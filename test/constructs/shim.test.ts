@@ -1,0 +1,192 @@
+import { App, Chart, Testing } from 'cdk8s';
+import { ContainerdRestart, MaxUpdate, Rollout, ShimConstruct, ShimConstructProps, ShimNodeLabels } from '../../src';
+
+const SHA = 'a'.repeat(64);
+const BASE: ShimConstructProps = { handler: 'spin', location: 'https://example.com/spin.tar.gz', sha256: SHA };
+
+function synthShim(props: ShimConstructProps, id = 'spin') {
+  const chart = Testing.chart();
+  const shim = new ShimConstruct(chart, id, props);
+  const objects = Testing.synth(chart);
+  return { shim, objects, spec: objects.find(o => o.kind === 'Shim').spec, runtimeClass: objects.find(o => o.kind === 'RuntimeClass') };
+}
+
+describe('ShimConstruct', () => {
+  test('defaults: one Shim and its RuntimeClass scheduled on the provisioned label', () => {
+    // GIVEN a shim with only a handler and an artifact
+    // WHEN it is synthesized
+    const { objects, spec, runtimeClass } = synthShim(BASE);
+
+    // THEN
+    expect(objects).toMatchSnapshot();
+    expect(objects.map(o => o.kind)).toEqual(['Shim', 'RuntimeClass']);
+    expect(spec.runtimeClass).toEqual({ name: 'spin', handler: 'spin' });
+    expect(spec.rolloutStrategy).toEqual({ type: 'recreate' });
+    expect(spec.fetchStrategy).toEqual({ type: 'anonymousHttp', anonHttp: { location: BASE.location, sha256: SHA } });
+    expect(runtimeClass.handler).toBe('spin');
+    expect(runtimeClass.scheduling.nodeSelector).toEqual({ [ShimNodeLabels.stateKey('spin')]: 'provisioned' });
+  });
+
+  test('everything set', () => {
+    // GIVEN every prop
+    const { objects, spec, runtimeClass } = synthShim({
+      name: 'spin-v2',
+      handler: 'spin',
+      runtimeClassName: 'wasmtime-spin-v2',
+      platforms: [
+        { os: 'linux', arch: 'arm64', location: 'https://example.com/arm64.tgz', sha256: 'b'.repeat(64) },
+        { os: 'linux', arch: 'amd64', location: 'https://example.com/amd64.tgz', sha256: 'c'.repeat(64) },
+      ],
+      nodeSelector: { wasm: 'true' },
+      rollout: Rollout.rolling({ maxUpdate: MaxUpdate.percent(10) }),
+      runtimeOptions: { SystemdCgroup: 'true' },
+      restart: ContainerdRestart.command('/usr/local/bin/restart-containerd'),
+      overhead: { memory: '64Mi' },
+      tolerations: [{ key: 'wasm', operator: 'Exists', effect: 'NoSchedule' }],
+    }, 'Spin');
+
+    // THEN
+    expect(objects).toMatchSnapshot();
+    expect(spec.fetchStrategy.anonHttp.platforms.map((p: any) => p.arch)).toEqual(['amd64', 'arm64']); // stable order
+    expect(spec.rolloutStrategy).toEqual({ type: 'rolling', rolling: { maxUpdate: '10%' } });
+    expect(spec.restart).toEqual({ mode: 'command', command: '/usr/local/bin/restart-containerd' });
+    expect(spec.containerdRuntimeOptions).toEqual({ SystemdCgroup: 'true' });
+    expect(runtimeClass.metadata.name).toBe('wasmtime-spin-v2');
+    expect(runtimeClass.overhead).toEqual({ podFixed: { memory: '64Mi' } });
+    expect(runtimeClass.scheduling.tolerations).toEqual([{ key: 'wasm', operator: 'Exists', effect: 'NoSchedule' }]);
+  });
+
+  test('Argo CD: Shims come after the CRD and skip dry-run while the CRD is missing', () => {
+    const { objects } = synthShim(BASE);
+    const shim = objects.find(o => o.kind === 'Shim');
+    expect(shim.metadata.annotations).toEqual({
+      'argocd.argoproj.io/sync-wave': '0',
+      'argocd.argoproj.io/sync-options': 'SkipDryRunOnMissingResource=true',
+    });
+  });
+
+  test('rolling with a count, and the default of one node at a time', () => {
+    expect(synthShim({ ...BASE, rollout: Rollout.rolling({ maxUpdate: MaxUpdate.count(3) }) }).spec.rolloutStrategy)
+      .toEqual({ type: 'rolling', rolling: { maxUpdate: 3 } });
+    expect(synthShim({ ...BASE, rollout: Rollout.rolling() }).spec.rolloutStrategy)
+      .toEqual({ type: 'rolling', rolling: { maxUpdate: 1 } });
+  });
+
+  test('createRuntimeClass: false leaves the RuntimeClass to the controller', () => {
+    const { objects, shim } = synthShim({ ...BASE, createRuntimeClass: false });
+    expect(objects.map(o => o.kind)).toEqual(['Shim']);
+    expect(shim.runtimeClass).toBeUndefined();
+  });
+
+  test('addPlatform() after construction is rendered', () => {
+    // GIVEN a shim with no artifact yet
+    const chart = Testing.chart();
+    const shim = new ShimConstruct(chart, 'spin', { handler: 'spin' });
+    // WHEN a platform is added later
+    shim.addPlatform({ os: 'linux', arch: 'amd64', location: 'https://example.com/a.tgz' });
+    // THEN it is in the synthesized spec
+    const spec = Testing.synth(chart)[0].spec;
+    expect(spec.fetchStrategy.anonHttp.platforms).toEqual([{ os: 'linux', arch: 'amd64', location: 'https://example.com/a.tgz' }]);
+  });
+
+  test('plain http only when explicitly allowed', () => {
+    expect(() => synthShim({ handler: 'spin', location: 'http://127.0.0.1:8080/shim.tgz' })).toThrow(/location: "http:\/\/127.0.0.1:8080\/shim.tgz" uses plain http \(set allowInsecureHttp/);
+    expect(synthShim({ handler: 'spin', location: 'http://127.0.0.1:8080/shim.tgz', allowInsecureHttp: true }).spec.fetchStrategy.anonHttp.location)
+      .toBe('http://127.0.0.1:8080/shim.tgz');
+  });
+
+  describe('rejects bad props with a message naming the field', () => {
+    const CASES: [string, Partial<ShimConstructProps> & { id?: string }, RegExp][] = [
+      ['a name that is not a DNS label', { name: 'Spin_V2' }, /^name: "Spin_V2" is not a DNS label/],
+      ['an id that is not a DNS label and no name', { id: 'SpinShim' }, /^name: "SpinShim" is not a DNS label .*set props.name/],
+      ['a handler with uppercase', { handler: 'Spin' }, /^handler: "Spin" is not a DNS label/],
+      ['a handler with a dot (would split TOML keys)', { handler: 'spin.v2' }, /^handler: "spin.v2" is not a DNS label/],
+      ['a handler longer than 63 characters', { handler: 'a'.repeat(64) }, /^handler: "a{64}" is not a DNS label/],
+      ['a bad runtimeClassName', { runtimeClassName: 'Spin!' }, /^runtimeClassName: "Spin!" is not a DNS subdomain/],
+      ['a sha256 of the wrong shape', { sha256: 'ABC' }, /^sha256: "ABC" is not 64 lowercase hex digits/],
+      ['an uppercase sha256', { sha256: 'A'.repeat(64) }, /^sha256: "A{64}" is not 64 lowercase hex digits/],
+      ['a location that is not a URL', { location: 'not a url' }, /^location: "not a url" is not a valid URL/],
+      ['a file:// location', { location: 'file:///etc/shim' }, /^location: "file:\/\/\/etc\/shim" uses unsupported scheme "file"/],
+      ['a sha256 without location', { location: undefined, platforms: [{ os: 'linux', arch: 'amd64', location: 'https://e.com/a' }] }, /^sha256: given without location/],
+      ['a bad platform os', { platforms: [{ os: 'Linux', arch: 'amd64', location: 'https://e.com/a' }] }, /^platforms\[0\].os: "Linux"/],
+      ['a bad platform arch', { platforms: [{ os: 'linux', arch: 'x86-64', location: 'https://e.com/a' }] }, /^platforms\[0\].arch: "x86-64"/],
+      ['an http platform location', { platforms: [{ os: 'linux', arch: 'amd64', location: 'http://e.com/a' }] }, /^platforms\[0\].location: "http:\/\/e.com\/a" uses plain http/],
+      ['a bad platform sha256', { platforms: [{ os: 'linux', arch: 'amd64', location: 'https://e.com/a', sha256: 'x' }] }, /^platforms\[0\].sha256: "x"/],
+      ['a platform given twice', {
+        platforms: [{ os: 'linux', arch: 'amd64', location: 'https://e.com/a' }, { os: 'linux', arch: 'amd64', location: 'https://e.com/b' }],
+      }, /^platforms: linux\/amd64 is given twice/],
+      ['a bad overhead quantity', { overhead: { memory: 'lots' } }, /^overhead.memory: "lots" is not a Kubernetes quantity/],
+      ['a bad toleration operator', { tolerations: [{ key: 'k', operator: 'In' }] }, /^tolerations\[0\].operator: "In" is not one of Exists, Equal/],
+      ['a bad toleration effect', { tolerations: [{ key: 'k', effect: 'Evict' }] }, /^tolerations\[0\].effect: "Evict"/],
+      ['a toleration with Exists and a value', { tolerations: [{ key: 'k', operator: 'Exists', value: 'v' }] }, /^tolerations\[0\].value: must be empty with operator Exists/],
+      ['a toleration without key and not Exists', { tolerations: [{ value: 'v' }] }, /^tolerations\[0\].key: an empty key needs operator Exists/],
+    ];
+    test.each(CASES)('%s', (_what, override, message) => {
+      const { id, ...props } = override;
+      expect(() => synthShim({ ...BASE, ...props } as ShimConstructProps, id ?? 'spin')).toThrow(message);
+    });
+
+    test('maxUpdate out of range', () => {
+      expect(() => MaxUpdate.count(0)).toThrow(/^rollout.maxUpdate: count must be a whole number >= 1, got 0/);
+      expect(() => MaxUpdate.count(1.5)).toThrow(/^rollout.maxUpdate: count must be a whole number >= 1, got 1.5/);
+      expect(() => MaxUpdate.percent(0)).toThrow(/^rollout.maxUpdate: percentage must be a whole number from 1 to 100, got 0/);
+      expect(() => MaxUpdate.percent(101)).toThrow(/^rollout.maxUpdate: percentage must be a whole number from 1 to 100, got 101/);
+    });
+
+    test('an empty restart command', () => {
+      expect(() => ContainerdRestart.command(' ')).toThrow(/^restart: the restart command must not be empty/);
+    });
+  });
+
+  describe('app-wide rules fail synth', () => {
+    function twoShims(first: ShimConstructProps, second: ShimConstructProps): App {
+      const app = Testing.app();
+      const a = new Chart(app, 'first');
+      const b = new Chart(app, 'second');
+      new ShimConstruct(a, 'one', first);
+      new ShimConstruct(b, 'two', second);
+      return app;
+    }
+
+    test('no artifact at all', () => {
+      const chart = Testing.chart();
+      new ShimConstruct(chart, 'spin', { handler: 'spin' });
+      expect(() => Testing.synth(chart)).toThrow(/Shim "spin": location: no artifact: set location or add at least one platform/);
+    });
+
+    test('duplicate handlers across charts of one app', () => {
+      const app = twoShims({ ...BASE }, { ...BASE });
+      expect(() => app.synth()).toThrow(/Shim "two": handler "spin" is also claimed by Shim "one"/);
+    });
+
+    test('duplicate RuntimeClass names', () => {
+      const app = twoShims({ ...BASE, runtimeClassName: 'wasm' }, { ...BASE, handler: 'other', runtimeClassName: 'wasm' });
+      expect(() => app.synth()).toThrow(/runtimeClassName "wasm" is also used by Shim "(one|two)"/);
+    });
+
+    test('duplicate Shim names', () => {
+      const app = twoShims({ ...BASE, name: 'same' }, { ...BASE, handler: 'other', name: 'same' });
+      expect(() => app.synth()).toThrow(/Shim "same": name is used by another Shim in this app/);
+    });
+
+    test('distinct shims synthesize', () => {
+      const app = twoShims({ ...BASE }, { ...BASE, handler: 'wasmtime' });
+      expect(() => app.synth()).not.toThrow();
+    });
+  });
+});
+
+describe('ShimNodeLabels', () => {
+  test('derives a prefixed key per Shim name', () => {
+    expect(ShimNodeLabels.stateKey('spin-v2')).toBe('spin-v2.shim.runtime.spinkube.dev/state');
+    expect(ShimNodeLabels.revisionKey('spin-v2')).toBe('spin-v2.shim.runtime.spinkube.dev/revision');
+    expect(ShimNodeLabels.stateKey('a.b')).toBe('a.b.shim.runtime.spinkube.dev/state');
+  });
+
+  test('refuses names that cannot form a label prefix', () => {
+    expect(() => ShimNodeLabels.stateKey('Spin')).toThrow(/Shim name "Spin" cannot form a node label prefix/);
+    expect(() => ShimNodeLabels.stateKey('')).toThrow(/cannot form a node label prefix/);
+    expect(() => ShimNodeLabels.stateKey('x'.repeat(ShimNodeLabels.MAX_SHIM_NAME_LENGTH + 1))).toThrow(/cannot form/);
+    expect(() => ShimNodeLabels.stateKey('a'.repeat(64))).toThrow(/cannot form/); // one DNS label > 63
+  });
+});
