@@ -65,8 +65,12 @@ export function detectConfigVersion(text: string, containerdMajor?: number): Con
  */
 export function needsDefaultRuntimes(text: string, version: ConfigVersion, containerdMajor: number | undefined): boolean {
   if (containerdMajor !== undefined && containerdMajor >= 2) return false;
-  if (/\{\{\s*template\s+"base"/.test(text)) return false;
+  if (hasBaseTemplate(text)) return false;
   return lookup(parseConfig(text), RUNTIMES_PATH[version]) === undefined;
+}
+
+function hasBaseTemplate(text: string): boolean {
+  return /\{\{\s*template\s+"base"/.test(text);
 }
 
 /** Refuses schema/daemon combinations whose edits containerd would ignore. */
@@ -170,7 +174,7 @@ export function addRuntime(text: string, version: ConfigVersion, entry: RuntimeE
   }
   const separator = base.length === 0 || base.endsWith('\n') ? '' : '\n';
   // A file without settings would be read as version 1: declare the version we write in.
-  const declaresNothing = Object.keys(baseConfig).length === 0 && version > 1;
+  const declaresNothing = Object.keys(baseConfig).length === 0 && version > 1 && !hasBaseTemplate(text);
   let result = base + separator + (declaresNothing ? versionLine(version) : '');
   // containerd 1.x replaces its default runtimes map with the file's as soon as the file
   // declares one runtime: without the defaults written out, adding a handler would drop runc.
