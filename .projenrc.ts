@@ -1,8 +1,8 @@
 import { cdk8s, javascript } from 'projen';
 
+// The programs bundled into single files (the images need only `node`).
 const bundles = [
-  { entry: 'src/runtime/main.ts', out: 'lib/rcm-controller.js' },
-  { entry: 'src/installer/main.ts', out: 'lib/rcm-node-installer.js' },
+  { entry: 'src/installer/main.ts', out: 'lib/rcm-node-installer.js', bin: 'rcm-node-installer' },
 ];
 
 const project = new cdk8s.ConstructLibraryCdk8s({
@@ -67,10 +67,7 @@ const project = new cdk8s.ConstructLibraryCdk8s({
   gitignore: ['/.cache/', '/test-reports/', '/coverage/'],
 });
 
-project.package.addBin({
-  'rcm-controller': 'lib/rcm-controller.js',
-  'rcm-node-installer': 'lib/rcm-node-installer.js',
-});
+project.package.addBin(Object.fromEntries(bundles.map(b => [b.bin, b.out])));
 // jsii and TypeScript consumers find the declarations beside the entrypoint.
 project.package.addField('types', 'lib/src/index.d.ts');
 project.addFields({ files: ['lib/**/*.js', 'lib/**/*.d.ts', 'crds/*.yaml', '.jsii', 'API.md', 'README.md'] });

@@ -1,0 +1,93 @@
+import * as fs from 'fs';
+import * as path from 'path';
+import * as tar from 'tar';
+import { fetchFailed } from './errors';
+
+const SHIM_BINARY = /^containerd-shim-([a-z0-9][-a-z0-9]*)-v([0-9]+)$/;
+
+export interface ShimBinary {
+  readonly file: string;
+  readonly name: string;
+  readonly apiVersion: number;
+}
+
+function isGzip(file: string): boolean {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const head = Buffer.alloc(2);
+    fs.readSync(fd, head, 0, 2, 0);
+    return head[0] === 0x1f && head[1] === 0x8b;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function isElf(file: string): boolean {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const head = Buffer.alloc(4);
+    fs.readSync(fd, head, 0, 4, 0);
+    return head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]));
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * Extracts a .tar.gz into `dir`, refusing (not skipping) anything that could write outside
+ * it or create special files: absolute paths, `..`, links, devices, FIFOs.
+ */
+export async function extractSafely(archive: string, dir: string): Promise<void> {
+  const problems: string[] = [];
+  await tar.t({
+    file: archive,
+    strict: true,
+    onReadEntry: entry => {
+      const p = entry.path;
+      if (path.isAbsolute(p) || p.split(/[\\/]/).includes('..')) problems.push(`unsafe path "${p}"`);
+      if (!['File', 'OldFile', 'ContiguousFile', 'Directory'].includes(entry.type)) problems.push(`${entry.type} entry "${p}"`);
+    },
+  }).catch((e: Error) => problems.push(`not a valid tar.gz: ${e.message}`));
+  if (problems.length > 0) {
+    throw fetchFailed('UnsafeArchive', `the artifact is refused: ${problems.slice(0, 5).join('; ')}`);
+  }
+  await tar.x({ file: archive, cwd: dir, strict: true, preservePaths: false, noChmod: false, preserveOwner: false });
+}
+
+/** Finds `containerd-shim-<name>-v<N>` in the artifact (a tarball or the bare binary). */
+export async function unpackShim(artifact: string, workDir: string, shimName: string, sourceName: string): Promise<ShimBinary> {
+  const found: string[] = [];
+  const candidates: ShimBinary[] = [];
+  if (isGzip(artifact)) {
+    const dir = path.join(workDir, 'extracted');
+    fs.mkdirSync(dir, { recursive: true });
+    await extractSafely(artifact, dir);
+    const walk = (d: string) => {
+      for (const entry of fs.readdirSync(d, { withFileTypes: true })) {
+        const full = path.join(d, entry.name);
+        if (entry.isDirectory()) walk(full);
+        else if (entry.isFile()) {
+          found.push(path.relative(dir, full));
+          const m = SHIM_BINARY.exec(entry.name);
+          if (m && m[1] === shimName) candidates.push({ file: full, name: entry.name, apiVersion: Number(m[2]) });
+        }
+      }
+    };
+    walk(dir);
+  } else if (isElf(artifact)) {
+    const base = path.basename(new URL(sourceName).pathname);
+    const m = SHIM_BINARY.exec(base);
+    // A bare binary is named by its URL, or taken as the shim when the URL says nothing.
+    const name = m && m[1] === shimName ? base : `containerd-shim-${shimName}-v2`;
+    return { file: artifact, name, apiVersion: Number(SHIM_BINARY.exec(name)![2]) };
+  } else {
+    throw fetchFailed('UnsupportedArtifact', 'the artifact is neither a .tar.gz nor an ELF binary');
+  }
+  if (candidates.length === 0) {
+    throw fetchFailed('ShimNotFound', `the archive has no containerd-shim-${shimName}-v<N>; it holds: ${found.slice(0, 20).join(', ') || 'nothing'}`);
+  }
+  if (candidates.length > 1) {
+    throw fetchFailed('AmbiguousShim', `the archive holds several shims named ${shimName}: ${candidates.map(c => c.name).join(', ')}`);
+  }
+  return candidates[0];
+}

@@ -1,0 +1,89 @@
+import * as crypto from 'crypto';
+import * as fs from 'fs';
+import * as http from 'http';
+import * as https from 'https';
+import { fetchFailed } from './errors';
+import { Logger } from './log';
+
+export interface DownloadOptions {
+  readonly timeoutMs: number;
+  readonly retries: number;
+  readonly maxSizeBytes: number;
+  /** First backoff; doubles per attempt. */
+  readonly backoffMs?: number;
+}
+
+export interface Download {
+  readonly sha256: string;
+  readonly bytes: number;
+  readonly attempts: number;
+}
+
+class Permanent extends Error {}
+
+/**
+ * Downloads `url` into `file`, hashing as it streams. Retries network errors and 5xx with
+ * exponential backoff; 4xx and oversized artifacts fail at once.
+ */
+export async function download(url: string, file: string, options: DownloadOptions, log: Logger): Promise<Download> {
+  const backoff = options.backoffMs ?? 1000;
+  let lastError: Error | undefined;
+  for (let attempt = 1; attempt <= options.retries + 1; attempt++) {
+    try {
+      const result = await downloadOnce(url, file, options, 0);
+      return { ...result, attempts: attempt };
+    } catch (e) {
+      lastError = e as Error;
+      fs.rmSync(file, { force: true });
+      if (e instanceof Permanent || attempt > options.retries) break;
+      const wait = backoff * 2 ** (attempt - 1);
+      log.warn('download failed, retrying', { url, attempt, error: lastError.message, retryInMs: wait });
+      await new Promise(r => setTimeout(r, wait));
+    }
+  }
+  const reason = lastError instanceof Permanent && /too large/.test(lastError.message) ? 'ArtifactTooLarge' : 'DownloadFailed';
+  throw fetchFailed(reason, `downloading ${url} failed: ${lastError?.message}`);
+}
+
+function downloadOnce(url: string, file: string, options: DownloadOptions, redirects: number): Promise<{ sha256: string; bytes: number }> {
+  return new Promise((resolve, reject) => {
+    const parsed = new URL(url);
+    const client = parsed.protocol === 'https:' ? https : http;
+    const request = client.get(parsed, { timeout: options.timeoutMs, agent: false }, response => {
+      const status = response.statusCode ?? 0;
+      if (status >= 300 && status < 400 && response.headers.location) {
+        response.resume();
+        if (redirects >= 5) return reject(new Permanent('too many redirects'));
+        const next = new URL(response.headers.location, url).toString();
+        return downloadOnce(next, file, options, redirects + 1).then(resolve, reject);
+      }
+      if (status !== 200) {
+        response.resume();
+        const error = `HTTP ${status}`;
+        return reject(status >= 400 && status < 500 && status !== 408 && status !== 429 ? new Permanent(error) : new Error(error));
+      }
+      const declared = Number(response.headers['content-length'] ?? 0);
+      if (declared > options.maxSizeBytes) {
+        response.destroy();
+        return reject(new Permanent(`artifact too large: ${declared} bytes > limit ${options.maxSizeBytes}`));
+      }
+      const hash = crypto.createHash('sha256');
+      const out = fs.createWriteStream(file, { mode: 0o600 });
+      let bytes = 0;
+      response.on('data', (chunk: Buffer) => {
+        bytes += chunk.length;
+        if (bytes > options.maxSizeBytes) {
+          response.destroy(new Permanent(`artifact too large: more than ${options.maxSizeBytes} bytes`));
+          return;
+        }
+        hash.update(chunk);
+      });
+      response.on('error', e => { out.destroy(); reject(e); });
+      response.pipe(out);
+      out.on('finish', () => resolve({ sha256: hash.digest('hex'), bytes }));
+      out.on('error', reject);
+    });
+    request.on('timeout', () => request.destroy(new Error(`timed out after ${options.timeoutMs} ms`)));
+    request.on('error', reject);
+  });
+}

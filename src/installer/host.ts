@@ -1,0 +1,172 @@
+import { execFile } from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+import { Distro, InstallerOptions } from './options';
+
+/** Where a distribution keeps the file we edit, its socket and its systemd unit. */
+export interface DistroLayout {
+  readonly distro: Distro;
+  /** Host path of the file the installer edits. */
+  readonly config: string;
+  /** Host path of the config containerd actually reads (differs for templates). */
+  readonly effectiveConfig: string;
+  /** The file is a Go template (k3s, rke2). */
+  readonly template: boolean;
+  /** Handlers go into a drop-in file of their own (k0s imports its folder). */
+  readonly dropIn: boolean;
+  readonly socket: string;
+  readonly unit?: string;
+}
+
+/** A path on the host, as seen from the installer (under --host-root). */
+export function onHost(options: Pick<InstallerOptions, 'hostRoot'>, hostPath: string): string {
+  return path.join(options.hostRoot, hostPath);
+}
+
+export function detectDistro(options: InstallerOptions): Distro {
+  if (options.distro) return options.distro;
+  const exists = (p: string) => fs.existsSync(onHost(options, p));
+  if (exists('/var/lib/rancher/k3s/agent/etc/containerd')) return 'k3s';
+  if (exists('/var/lib/rancher/rke2/agent/etc/containerd')) return 'rke2';
+  if (exists('/etc/k0s')) return 'k0s';
+  if (exists('/var/snap/microk8s/current/args')) return 'microk8s';
+  return 'containerd';
+}
+
+export function layoutFor(options: InstallerOptions, distro: Distro, containerdMajor: number | undefined): DistroLayout {
+  const exists = (p: string) => fs.existsSync(onHost(options, p));
+  switch (distro) {
+    case 'k3s':
+    case 'rke2': {
+      const dir = `/var/lib/rancher/${distro}/agent/etc/containerd`;
+      // containerd 2 based releases render config-v3.toml.tmpl.
+      const v3 = exists(`${dir}/config-v3.toml.tmpl`) || (containerdMajor ?? 1) >= 2;
+      const agent = exists(`/etc/systemd/system/${distro}-agent.service`) || exists(`/usr/local/lib/systemd/system/${distro}-agent.service`);
+      return {
+        distro,
+        config: options.config ?? `${dir}/${v3 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'}`,
+        effectiveConfig: `${dir}/config.toml`,
+        template: true,
+        dropIn: false,
+        socket: options.socket ?? `/run/${distro}/containerd/containerd.sock`,
+        unit: distro === 'k3s' ? (agent ? 'k3s-agent' : 'k3s') : (agent ? 'rke2-agent' : 'rke2-server'),
+      };
+    }
+    case 'k0s':
+      return {
+        distro,
+        config: options.config ?? `/etc/k0s/containerd.d/rcm-${options.handler}.toml`,
+        effectiveConfig: options.config ?? `/etc/k0s/containerd.d/rcm-${options.handler}.toml`,
+        template: false,
+        dropIn: true,
+        socket: options.socket ?? '/run/k0s/containerd.sock',
+      };
+    case 'microk8s':
+      return {
+        distro,
+        config: options.config ?? '/var/snap/microk8s/current/args/containerd-template.toml',
+        effectiveConfig: options.config ?? '/var/snap/microk8s/current/args/containerd-template.toml',
+        template: false,
+        dropIn: false,
+        socket: options.socket ?? '/var/snap/microk8s/common/run/containerd.sock',
+        unit: 'snap.microk8s.daemon-containerd',
+      };
+    default:
+      return {
+        distro,
+        config: options.config ?? '/etc/containerd/config.toml',
+        effectiveConfig: options.config ?? '/etc/containerd/config.toml',
+        template: false,
+        dropIn: false,
+        socket: options.socket ?? '/run/containerd/containerd.sock',
+        unit: 'containerd',
+      };
+  }
+}
+
+export interface CommandResult {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/**
+ * Runs a command in the host's namespaces: through nsenter into PID 1 when the installer
+ * runs in a pod (host root mounted elsewhere), directly when it runs on the host itself.
+ */
+export function hostCommand(options: Pick<InstallerOptions, 'hostRoot'>, argv: string[], timeoutMs = 120_000): Promise<CommandResult> {
+  const full = options.hostRoot === '/'
+    ? argv
+    : ['nsenter', '--target', '1', '--mount', '--uts', '--ipc', '--net', '--pid', '--', ...argv];
+  return new Promise(resolve => {
+    execFile(full[0], full.slice(1), { timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
+      const code = error ? (typeof (error as any).code === 'number' ? (error as any).code : 127) : 0;
+      resolve({ code, stdout: String(stdout), stderr: String(stderr || (error && !stderr ? error.message : '')) });
+    });
+  });
+}
+
+/** containerd's version on the host, e.g. { text: '1.6.20', major: 1 }; undefined when unknown. */
+export async function containerdVersion(options: InstallerOptions): Promise<{ text: string; major: number } | undefined> {
+  const r = await hostCommand(options, ['containerd', '--version'], 20_000);
+  const m = /\s(v?(\d+)\.\d+\.\d+\S*)/.exec(r.stdout);
+  return r.code === 0 && m ? { text: m[1].replace(/^v/, ''), major: Number(m[2]) } : undefined;
+}
+
+/** Writes through a temp file and a rename, so readers see the old or the new file, never half. */
+export function writeAtomically(file: string, data: string | Buffer, mode = 0o644): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const tmp = `${file}.rcm-tmp-${process.pid}`;
+  fs.writeFileSync(tmp, data, { mode });
+  fs.chmodSync(tmp, mode);
+  fs.renameSync(tmp, file);
+}
+
+/**
+ * A host-wide lock (a file created exclusively under the install root). A lock left by a
+ * dead process is taken over; a live holder is waited for.
+ */
+export async function withHostLock<T>(lockFile: string, timeoutMs: number, fn: () => Promise<T>): Promise<T> {
+  // A first install creates the install root; when nothing was installed, it goes again.
+  const createdDir = fs.mkdirSync(path.dirname(lockFile), { recursive: true });
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      const fd = fs.openSync(lockFile, 'wx', 0o600);
+      fs.writeSync(fd, JSON.stringify({ pid: process.pid, since: new Date().toISOString() }));
+      fs.closeSync(fd);
+      break;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      if (holderIsDead(lockFile)) {
+        fs.rmSync(lockFile, { force: true });
+        continue;
+      }
+      if (Date.now() > deadline) throw new Error(`timed out waiting for the host lock ${lockFile}`);
+      await new Promise(r => setTimeout(r, 200));
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    fs.rmSync(lockFile, { force: true });
+    if (createdDir && fs.readdirSync(path.dirname(lockFile)).length === 0) fs.rmSync(createdDir, { recursive: true, force: true });
+  }
+}
+
+function holderIsDead(lockFile: string): boolean {
+  try {
+    const { pid } = JSON.parse(fs.readFileSync(lockFile, 'utf8'));
+    process.kill(pid, 0);
+    return false;
+  } catch (e) {
+    // ESRCH: no such process. An unreadable lock is stale only once it is old: a holder may
+    // be writing it right now.
+    if ((e as NodeJS.ErrnoException).code === 'ESRCH') return true;
+    try {
+      return e instanceof SyntaxError && Date.now() - fs.statSync(lockFile).mtimeMs > 10_000;
+    } catch {
+      return true;
+    }
+  }
+}

@@ -1,0 +1,325 @@
+import * as crypto from 'crypto';
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import {
+  addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
+  needsDefaultRuntimes, parseConfig, removeRuntime, RUNTIMES_PATH,
+} from './containerd-config';
+import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
+import { download } from './fetch';
+import { unpackShim } from './artifact';
+import { containerdVersion, detectDistro, DistroLayout, hostCommand, layoutFor, onHost, withHostLock, writeAtomically } from './host';
+import { Logger } from './log';
+import { artifactFor, InstallerOptions } from './options';
+
+/** What this installer changed on the host, so that uninstall reverses exactly that. */
+export interface InstallState {
+  readonly handler: string;
+  readonly shimName: string;
+  readonly sha256: string;
+  readonly location: string;
+  /** Host path of the installed binary (also the handler's runtime_type). */
+  readonly binary: string;
+  readonly runtimeOptions: Record<string, string>;
+  readonly distro: string;
+  /** Host path of the edited file. */
+  readonly configFile: string;
+  readonly configVersion: ConfigVersion;
+  readonly configCreated: boolean;
+  readonly edit: EditRecord;
+  readonly installedAt: string;
+}
+
+export interface InstallResult {
+  outcome: 'installed' | 'unchanged' | 'uninstalled' | 'not-installed' | 'status' | 'failed';
+  exitCode: ExitCode;
+  reason?: string;
+  message: string;
+  handler: string;
+  changed: string[];
+  paths: Record<string, string>;
+  sha256?: string;
+  containerdVersion?: string;
+  configVersion?: number;
+  distro?: string;
+  timings: Record<string, number>;
+  state?: InstallState;
+}
+
+class Timer {
+  readonly timings: Record<string, number> = {};
+  private readonly start = Date.now();
+  async time<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
+    const t = Date.now();
+    try {
+      return await fn();
+    } finally {
+      this.timings[`${name}Ms`] = (this.timings[`${name}Ms`] ?? 0) + Date.now() - t;
+    }
+  }
+  total(): Record<string, number> {
+    return { ...this.timings, totalMs: Date.now() - this.start };
+  }
+}
+
+function statePath(o: InstallerOptions): string {
+  return onHost(o, path.join(o.installRoot, 'state', `${o.handler}.json`));
+}
+
+function readState(o: InstallerOptions): InstallState | undefined {
+  const file = statePath(o);
+  return fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : undefined;
+}
+
+function sameOptions(a: Record<string, string>, b: Record<string, string>): boolean {
+  return JSON.stringify(Object.entries(a).sort()) === JSON.stringify(Object.entries(b).sort());
+}
+
+function handlerRuntimeType(text: string, version: ConfigVersion, handler: string): string | undefined {
+  const runtimes = RUNTIMES_PATH[version].reduce<any>((n, k) => n?.[k], parseConfig(text));
+  return runtimes?.[handler]?.runtime_type;
+}
+
+export class Installer {
+  private readonly timer = new Timer();
+  private readonly changed: string[] = [];
+
+  constructor(private readonly o: InstallerOptions, private readonly log: Logger) {}
+
+  async run(): Promise<InstallResult> {
+    const version = await this.timer.time('detect', () => containerdVersion(this.o));
+    const distro = detectDistro(this.o);
+    const layout = layoutFor(this.o, distro, version?.major);
+    const base: InstallResult = {
+      outcome: 'failed', exitCode: ExitCode.SUCCESS, message: '', handler: this.o.handler, changed: this.changed,
+      paths: { config: layout.config, state: path.join(this.o.installRoot, 'state', `${this.o.handler}.json`) },
+      containerdVersion: version?.text, distro, timings: {},
+    };
+    const lock = onHost(this.o, path.join(this.o.installRoot, '.lock'));
+    const result = await withHostLock(lock, 10 * 60_000, async () => {
+      switch (this.o.command) {
+        case 'install': return this.install(base, layout, version?.major);
+        case 'uninstall': return this.uninstall(base, layout, version?.major);
+        default: return { ...base, outcome: 'status' as const, message: 'state of this handler on the node', state: readState(this.o) };
+      }
+    });
+    return { ...result, timings: this.timer.total() };
+  }
+
+  private async install(base: InstallResult, layout: DistroLayout, major: number | undefined): Promise<InstallResult> {
+    const o = this.o;
+    const state = readState(o);
+    const url = artifactFor(o);
+    if (!o.sha256) this.log.warn('NO SHA256 GIVEN: the artifact is installed without verification; set the Shim\'s sha256', { url });
+
+    const configFile = onHost(o, layout.config);
+    const configExists = fs.existsSync(configFile);
+    if (state && o.sha256 === state.sha256 && this.intact(state, layout)) {
+      return { ...base, outcome: 'unchanged', message: `handler ${o.handler} already installed from this artifact`, sha256: state.sha256, configVersion: state.configVersion, paths: { ...base.paths, binary: state.binary } };
+    }
+
+    // Fetch and verify in a scratch folder: nothing on the host changes before this succeeds.
+    // Inside the installer's own file system: the host sees nothing until verification passed.
+    const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-'));
+    try {
+      const artifact = path.join(scratch, 'artifact');
+      const fetched = await this.timer.time('download', () => download(url, artifact, {
+        timeoutMs: o.downloadTimeoutSeconds * 1000, retries: o.retries, maxSizeBytes: o.maxSizeBytes,
+      }, this.log));
+      await this.timer.time('verify', () => {
+        if (o.sha256 && fetched.sha256 !== o.sha256) {
+          throw fetchFailed('ChecksumMismatch', `sha256 of ${url} is ${fetched.sha256}, expected ${o.sha256}`);
+        }
+      });
+      const shim = await this.timer.time('verify', () => unpackShim(artifact, scratch, o.shimName, url));
+      this.log.info('artifact verified', { url, sha256: fetched.sha256, bytes: fetched.bytes, binary: shim.name });
+
+      if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) {
+        return { ...base, outcome: 'unchanged', message: `handler ${o.handler} already installed from this artifact`, sha256: state.sha256, configVersion: state.configVersion, paths: { ...base.paths, binary: state.binary } };
+      }
+
+      // The versioned path: a new version never overwrites a binary running pods use.
+      const binary = path.join(o.installRoot, 'shims', o.handler, fetched.sha256.slice(0, 16), shim.name);
+      const binaryOnHost = onHost(o, binary);
+      const newBinary = !fs.existsSync(binaryOnHost);
+      if (newBinary) {
+        writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
+        this.changed.push(`installed ${binary}`);
+      }
+
+      const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
+      let edited: { text: string } & EditRecord;
+      let configVersion: ConfigVersion;
+      try {
+        const current = original ?? await this.initialConfig(layout);
+        const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
+        configVersion = detectConfigVersion(layout.template ? rendered : current, major);
+        checkVersionSupported(configVersion, major);
+        const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
+        edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options: o.runtimeOptions }, defaults));
+      } catch (e) {
+        if (newBinary) fs.rmSync(path.dirname(binaryOnHost), { recursive: true, force: true });
+        throw e instanceof ConfigError ? configFailed(e.message) : e;
+      }
+
+      if (original !== undefined) this.backup(original);
+      const mode = configExists ? fs.statSync(configFile).mode & 0o777 : 0o644;
+      writeAtomically(configFile, edited.text, mode);
+      this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
+
+      const newState: InstallState = {
+        handler: o.handler, shimName: o.shimName, sha256: fetched.sha256, location: url, binary,
+        runtimeOptions: o.runtimeOptions, distro: layout.distro, configFile: layout.config, configVersion,
+        configCreated: state?.configCreated ?? original === undefined,
+        edit: state?.edit ?? { addedSeparator: edited.addedSeparator, addedVersionLine: edited.addedVersionLine },
+        installedAt: new Date().toISOString(),
+      };
+
+      await this.restartOrRollBack(layout, binary, () => {
+        // Undo: the previous bytes (or no file), and the new binary.
+        if (original === undefined) fs.rmSync(configFile, { force: true });
+        else writeAtomically(configFile, original, mode);
+        if (newBinary) fs.rmSync(path.dirname(binaryOnHost), { recursive: true, force: true });
+      });
+
+      writeAtomically(statePath(o), JSON.stringify(newState, null, 2) + '\n', 0o600);
+      if (state && state.binary !== binary) this.removeVersion(state.binary);
+      return {
+        ...base, outcome: 'installed', message: `handler ${o.handler} installed from ${url}`, sha256: fetched.sha256,
+        configVersion, paths: { ...base.paths, binary }, state: newState,
+      };
+    } finally {
+      fs.rmSync(scratch, { recursive: true, force: true });
+    }
+  }
+
+  private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined): Promise<InstallResult> {
+    const o = this.o;
+    const state = readState(o);
+    const configFile = onHost(o, state?.configFile ?? layout.config);
+    const original = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : undefined;
+    if (original === undefined && !state) {
+      return { ...base, outcome: 'not-installed', message: `handler ${o.handler} is not installed here` };
+    }
+    let removed = { text: original ?? '', removed: false };
+    if (original !== undefined) {
+      try {
+        const version = state?.configVersion ?? detectConfigVersion(original, major);
+        removed = await this.timer.time('config', () => removeRuntime(original, version, o.handler, state?.edit ?? {}));
+      } catch (e) {
+        throw e instanceof ConfigError ? configFailed(e.message) : e;
+      }
+    }
+    const mode = original !== undefined ? fs.statSync(configFile).mode & 0o777 : 0o644;
+    if (removed.removed) {
+      this.backup(original!);
+      if (state?.configCreated && removed.text.trim() === '') fs.rmSync(configFile, { force: true });
+      else writeAtomically(configFile, removed.text, mode);
+      this.changed.push(`removed handler ${o.handler} from ${state?.configFile ?? layout.config}`);
+      await this.restartOrRollBack(layout, undefined, () => writeAtomically(configFile, original!, mode));
+    }
+    fs.rmSync(onHost(o, path.join(o.installRoot, 'shims', o.handler)), { recursive: true, force: true });
+    fs.rmSync(statePath(o), { force: true });
+    if (state) this.changed.push(`removed ${path.join(o.installRoot, 'shims', o.handler)}`);
+    return {
+      ...base, outcome: state || removed.removed ? 'uninstalled' : 'not-installed',
+      message: state || removed.removed ? `handler ${o.handler} uninstalled` : `handler ${o.handler} is not installed here`,
+    };
+  }
+
+  /** Our block is still in the file and the binary it names is still there. */
+  private intact(state: InstallState, layout: DistroLayout): boolean {
+    const file = onHost(this.o, state.configFile);
+    if (state.configFile !== layout.config || !fs.existsSync(file) || !fs.existsSync(onHost(this.o, state.binary))) return false;
+    if (!sameOptions(state.runtimeOptions, this.o.runtimeOptions)) return false;
+    try {
+      return handlerRuntimeType(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler) === state.binary;
+    } catch {
+      return false;
+    }
+  }
+
+  private async initialConfig(layout: DistroLayout): Promise<string> {
+    if (!layout.template) return '';
+    // k3s/rke2 render config.toml from the template: start the template from that rendering.
+    const rendered = onHost(this.o, layout.effectiveConfig);
+    return fs.existsSync(rendered) ? fs.readFileSync(rendered, 'utf8') : '{{ template "base" . }}\n';
+  }
+
+  private async defaultRuntimes(): Promise<Record<string, any> | undefined> {
+    const r = await hostCommand(this.o, ['containerd', 'config', 'default'], 30_000);
+    if (r.code !== 0) throw configFailed(`cannot read containerd's default runtimes (containerd config default: ${r.stderr.trim()})`);
+    return defaultRuntimesOf(r.stdout);
+  }
+
+  private backup(text: string): void {
+    const dir = onHost(this.o, path.join(this.o.installRoot, 'backups', this.o.handler));
+    fs.mkdirSync(dir, { recursive: true });
+    const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+    fs.writeFileSync(path.join(dir, `${stamp}-${path.basename(this.o.config ?? 'config.toml')}`), text, { mode: 0o600 });
+    // Keep the last five.
+    const backups = fs.readdirSync(dir).sort();
+    for (const old of backups.slice(0, Math.max(0, backups.length - 5))) fs.rmSync(path.join(dir, old), { force: true });
+  }
+
+  private removeVersion(binary: string): void {
+    // Unlinking is safe for running shims (they keep the inode); only overwriting is not.
+    fs.rmSync(path.dirname(onHost(this.o, binary)), { recursive: true, force: true });
+    this.changed.push(`removed previous version ${binary}`);
+  }
+
+  private async restartOrRollBack(layout: DistroLayout, binary: string | undefined, undo: () => void): Promise<void> {
+    if (this.o.restart === 'none') {
+      this.log.info('restart mode none: containerd picks the change up when it restarts');
+      return;
+    }
+    const problem = await this.timer.time('restart', () => this.restartAndCheck(layout, binary));
+    if (!problem) return;
+    this.log.error('containerd did not come back with the new config; rolling back', { problem });
+    undo();
+    const again = await this.timer.time('restart', () => this.restartAndCheck(layout, undefined));
+    if (again) {
+      throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
+        `containerd failed after the change (${problem}) and is still failing after restoring the previous config (${again}): the node needs a human`);
+    }
+    throw new InstallerError(ExitCode.RESTART_FAILED_ROLLED_BACK, 'RestartFailedRolledBack',
+      `containerd failed after the change (${problem}); the previous config and binary were restored and containerd is serving again`);
+  }
+
+  /** Restarts containerd and waits for it; returns what went wrong, or undefined. */
+  private async restartAndCheck(layout: DistroLayout, binary: string | undefined): Promise<string | undefined> {
+    const argv = this.o.restart === 'command'
+      ? ['sh', '-c', this.o.restartCommand!]
+      : ['systemctl', 'restart', layout.unit ?? 'containerd'];
+    const r = await hostCommand(this.o, argv);
+    if (r.code !== 0) return `restart command exited ${r.code}: ${r.stderr.trim().slice(0, 300)}`;
+    const deadline = Date.now() + this.o.healthTimeoutSeconds * 1000;
+    let last = 'no answer';
+    while (Date.now() < deadline) {
+      last = await this.health(layout, binary) ?? '';
+      if (last === '') return undefined;
+      await new Promise(res => setTimeout(res, 500));
+    }
+    return `containerd not healthy after ${this.o.healthTimeoutSeconds}s: ${last}`;
+  }
+
+  private async health(layout: DistroLayout, binary: string | undefined): Promise<string | undefined> {
+    const version = await hostCommand(this.o, ['ctr', '--address', layout.socket, 'version'], 10_000);
+    if (version.code !== 0) return `socket ${layout.socket} does not answer`;
+    const plugins = await hostCommand(this.o, ['ctr', '--address', layout.socket, 'plugins', 'ls'], 10_000);
+    const cri = plugins.stdout.split('\n').filter(l => /\bcri\b/.test(l));
+    if (cri.length === 0 || cri.some(l => /\berror\b/.test(l))) return 'the CRI plugin is not running';
+    if (binary) {
+      const dump = await hostCommand(this.o, ['containerd', '--config', layout.effectiveConfig, 'config', 'dump'], 20_000);
+      if (dump.code !== 0) return `containerd cannot read its config: ${dump.stderr.trim().slice(0, 300)}`;
+      if (!dump.stdout.includes(binary)) return `the effective config does not contain handler ${this.o.handler}`;
+    }
+    return undefined;
+  }
+}
+
+/** A stable identity of what an install puts on the node (exposed for the controller). */
+export function installIdentity(sha256: string, handler: string, options: Record<string, string>): string {
+  return crypto.createHash('sha256').update(JSON.stringify([sha256, handler, Object.entries(options).sort()])).digest('hex').slice(0, 16);
+}

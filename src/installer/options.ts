@@ -1,0 +1,218 @@
+import { isDnsLabel, isSha256 } from '../constructs/validation';
+import { badInput } from './errors';
+
+export type Command = 'install' | 'uninstall' | 'status';
+export type RestartMode = 'systemd' | 'command' | 'none';
+export type Distro = 'containerd' | 'k3s' | 'rke2' | 'k0s' | 'microk8s';
+export const DISTROS: Distro[] = ['containerd', 'k3s', 'rke2', 'k0s', 'microk8s'];
+
+export interface InstallerOptions {
+  readonly command: Command;
+  readonly hostRoot: string;
+  readonly handler: string;
+  readonly shimName: string;
+  readonly location?: string;
+  readonly platformLocations: Record<string, string>;
+  readonly sha256?: string;
+  readonly runtimeOptions: Record<string, string>;
+  readonly config?: string;
+  readonly distro?: Distro;
+  readonly restart: RestartMode;
+  readonly restartCommand?: string;
+  readonly installRoot: string;
+  readonly resultFile: string;
+  readonly jsonLogs: boolean;
+  readonly socket?: string;
+  readonly platform: string;
+  readonly maxSizeBytes: number;
+  readonly healthTimeoutSeconds: number;
+  readonly downloadTimeoutSeconds: number;
+  readonly retries: number;
+}
+
+interface FlagSpec {
+  readonly name: string;
+  readonly arg?: string;
+  readonly repeat?: boolean;
+  readonly help: string;
+}
+
+export const FLAGS: FlagSpec[] = [
+  { name: 'host-root', arg: 'DIR', help: "where the host's / is mounted (default /)" },
+  { name: 'handler', arg: 'NAME', help: 'runtime handler name in containerd and the RuntimeClass (DNS label; required)' },
+  { name: 'shim-name', arg: 'NAME', help: 'NAME in the binary containerd-shim-NAME-vN (default: the handler)' },
+  { name: 'location', arg: 'URL', help: 'artifact URL (.tar.gz or bare binary) for any platform' },
+  { name: 'platform-location', arg: 'OS/ARCH=URL', repeat: true, help: 'artifact URL for one platform (repeatable; wins over --location)' },
+  { name: 'sha256', arg: 'HEX', help: 'expected sha256 of the artifact (strongly recommended)' },
+  { name: 'runtime-option', arg: 'KEY=VALUE', repeat: true, help: "option for the handler's options table (repeatable)" },
+  { name: 'config', arg: 'PATH', help: "containerd config, relative to the host root (default: detected per distribution)" },
+  { name: 'distro', arg: 'NAME', help: `containerd distribution: ${DISTROS.join(', ')} (default: detected)` },
+  { name: 'restart', arg: 'MODE', help: 'systemd (default), command or none' },
+  { name: 'restart-command', arg: 'CMD', help: 'host command that restarts containerd (--restart command)' },
+  { name: 'install-root', arg: 'PATH', help: 'where shims, state and backups live on the host (default /opt/rcm)' },
+  { name: 'result-file', arg: 'PATH', help: "where the JSON result is written (default /dev/termination-log)" },
+  { name: 'socket', arg: 'PATH', help: "containerd's socket on the host (default: per distribution)" },
+  { name: 'platform', arg: 'OS/ARCH', help: "the node's platform (default: this machine's)" },
+  { name: 'max-size', arg: 'BYTES', help: 'largest artifact accepted (default 268435456)' },
+  { name: 'health-timeout', arg: 'SECONDS', help: 'how long to wait for containerd after a restart (default 60)' },
+  { name: 'download-timeout', arg: 'SECONDS', help: 'timeout of one download attempt (default 120)' },
+  { name: 'retries', arg: 'N', help: 'download attempts after the first (default 3)' },
+  { name: 'json-logs', help: 'log JSON lines on stderr' },
+  { name: 'help', help: 'show this help' },
+];
+
+export function helpText(): string {
+  const lines = FLAGS.map(f => `  --${f.name}${f.arg ? ' ' + f.arg : ''}`.padEnd(38) + f.help);
+  return [
+    'Usage: rcm-node-installer install|uninstall|status [flags]',
+    '',
+    'Installs a containerd shim on this node and registers it as a runtime handler,',
+    'restarting containerd and rolling back if it does not come back.',
+    '',
+    'Flags (each also read from RCM_<FLAG_IN_UPPER_SNAKE_CASE>, flags win):',
+    ...lines,
+    '',
+    'Exit codes: 0 success, 2 bad input, 3 download or verification failed, 4 containerd',
+    'config failed, 5 restart failed and rolled back, 6 restart failed and NOT rolled back.',
+  ].join('\n');
+}
+
+function envName(flag: string): string {
+  return `RCM_${flag.toUpperCase().replace(/-/g, '_')}`;
+}
+
+function keyValues(values: string[], flag: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const v of values) {
+    const i = v.indexOf('=');
+    if (i <= 0) throw badInput(`--${flag}: "${v}" is not KEY=VALUE`);
+    out[v.slice(0, i)] = v.slice(i + 1);
+  }
+  return out;
+}
+
+function positiveInt(value: string | undefined, flag: string, fallback: number, min = 1): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) throw badInput(`--${flag}: "${value}" is not a whole number >= ${min}`);
+  return n;
+}
+
+/** Parses flags (and RCM_* environment variables) into validated options. */
+export function parseOptions(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: string): InstallerOptions | 'help' {
+  const single: Record<string, string> = {};
+  const repeated: Record<string, string[]> = {};
+  const positional: string[] = [];
+  for (const f of FLAGS) {
+    const e = env[envName(f.name)];
+    if (e === undefined || e === '') continue;
+    if (f.repeat) repeated[f.name] = e.split(/[\n,]/).map(s => s.trim()).filter(Boolean);
+    else single[f.name] = e;
+  }
+  const fromFlags: Record<string, string[]> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (!arg.startsWith('--')) {
+      positional.push(arg);
+      continue;
+    }
+    const eq = arg.indexOf('=');
+    const name = arg.slice(2, eq > 0 ? eq : undefined);
+    const spec = FLAGS.find(f => f.name === name);
+    if (!spec) throw badInput(`unknown flag --${name} (see --help)`);
+    if (name === 'help') return 'help';
+    let value = 'true';
+    if (spec.arg) {
+      if (eq > 0) value = arg.slice(eq + 1);
+      else if (i + 1 < argv.length) value = argv[++i];
+      else throw badInput(`--${name} needs a value (${spec.arg})`);
+    }
+    (fromFlags[name] ??= []).push(value);
+  }
+  for (const [name, values] of Object.entries(fromFlags)) {
+    const spec = FLAGS.find(f => f.name === name)!;
+    if (spec.repeat) repeated[name] = values;
+    else single[name] = values[values.length - 1];
+  }
+
+  const command = positional[0];
+  if (command !== 'install' && command !== 'uninstall' && command !== 'status') {
+    throw badInput(`expected a command (install, uninstall or status), got ${command === undefined ? 'none' : `"${command}"`}`);
+  }
+  if (positional.length > 1) throw badInput(`unexpected arguments: ${positional.slice(1).join(' ')}`);
+
+  const handler = single.handler;
+  if (!handler) throw badInput('--handler is required');
+  if (!isDnsLabel(handler)) throw badInput(`--handler: "${handler}" is not a DNS label (lowercase letters, digits and '-', at most 63 characters)`);
+  const shimName = single['shim-name'] ?? handler;
+  if (!isDnsLabel(shimName)) throw badInput(`--shim-name: "${shimName}" is not a DNS label`);
+
+  const platformLocations = keyValues(repeated['platform-location'] ?? [], 'platform-location');
+  for (const key of Object.keys(platformLocations)) {
+    if (!/^[a-z0-9]+\/[a-z0-9_]+$/.test(key)) throw badInput(`--platform-location: "${key}" is not OS/ARCH`);
+  }
+  const urls = [single.location, ...Object.values(platformLocations)].filter((u): u is string => u !== undefined);
+  for (const url of urls) {
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      throw badInput(`artifact location "${url}" is not a valid URL`);
+    }
+    if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') throw badInput(`artifact location "${url}" must be http(s)`);
+  }
+  if (command === 'install' && urls.length === 0) throw badInput('install needs --location or --platform-location');
+  const sha256 = single.sha256?.toLowerCase();
+  if (sha256 !== undefined && !isSha256(sha256)) throw badInput(`--sha256: "${single.sha256}" is not 64 hex digits`);
+
+  const runtimeOptions = keyValues(repeated['runtime-option'] ?? [], 'runtime-option');
+  for (const key of Object.keys(runtimeOptions)) {
+    if (!/^[A-Za-z0-9_]+$/.test(key)) throw badInput(`--runtime-option: key "${key}" may only hold letters, digits and '_'`);
+  }
+  const distro = single.distro as Distro | undefined;
+  if (distro !== undefined && !DISTROS.includes(distro)) throw badInput(`--distro: "${distro}" is not one of ${DISTROS.join(', ')}`);
+  const restart = (single.restart ?? 'systemd') as RestartMode;
+  if (!['systemd', 'command', 'none'].includes(restart)) throw badInput(`--restart: "${restart}" is not systemd, command or none`);
+  if (restart === 'command' && !single['restart-command']) throw badInput('--restart command needs --restart-command');
+  const platform = single.platform ?? defaultPlatform;
+  if (!/^[a-z0-9]+\/[a-z0-9_]+$/.test(platform)) throw badInput(`--platform: "${platform}" is not OS/ARCH`);
+  for (const flag of ['host-root', 'install-root', 'config', 'socket', 'result-file']) {
+    const value = single[flag];
+    if (value !== undefined && (!value.startsWith('/') || value.split('/').includes('..'))) {
+      throw badInput(`--${flag}: "${value}" must be an absolute path without '..'`);
+    }
+  }
+
+  return {
+    command,
+    hostRoot: single['host-root'] ?? '/',
+    handler,
+    shimName,
+    location: single.location,
+    platformLocations,
+    sha256,
+    runtimeOptions,
+    config: single.config,
+    distro,
+    restart,
+    restartCommand: single['restart-command'],
+    installRoot: single['install-root'] ?? '/opt/rcm',
+    resultFile: single['result-file'] ?? '/dev/termination-log',
+    jsonLogs: single['json-logs'] === 'true',
+    socket: single.socket,
+    platform,
+    maxSizeBytes: positiveInt(single['max-size'], 'max-size', 256 * 1024 * 1024),
+    healthTimeoutSeconds: positiveInt(single['health-timeout'], 'health-timeout', 60),
+    downloadTimeoutSeconds: positiveInt(single['download-timeout'], 'download-timeout', 120),
+    retries: positiveInt(single.retries, 'retries', 3, 0),
+  };
+}
+
+/** The artifact URL for this node's platform: an exact platform entry wins over --location. */
+export function artifactFor(options: InstallerOptions): string {
+  const url = options.platformLocations[options.platform] ?? options.location;
+  if (!url) {
+    throw badInput(`no artifact for platform ${options.platform} (have: ${Object.keys(options.platformLocations).join(', ') || 'none'})`);
+  }
+  return url;
+}
