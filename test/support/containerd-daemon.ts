@@ -1,0 +1,87 @@
+import { ChildProcess, execFileSync, spawn } from 'child_process';
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+
+/**
+ * A real containerd on private root/state/socket folders, under a supervisor that starts it
+ * again whenever it exits: the stand-in for systemd's Restart=always. Restarting it is
+ * `kill <pid of containerd>`, which is what `restartCommand` does.
+ */
+export interface ContainerdDaemon {
+  readonly dir: string;
+  readonly config: string;
+  readonly socket: string;
+  readonly log: string;
+  /** A host command that restarts this containerd (for --restart-command). */
+  readonly restartCommand: string;
+  ctr(args: string[]): string;
+  /** Waits until the daemon answers. */
+  waitReady(timeoutMs?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startContainerd(binary = '/usr/bin/containerd', dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-containerd-'))): Promise<ContainerdDaemon> {
+  const config = path.join(dir, 'etc', 'containerd', 'config.toml');
+  const socket = path.join(dir, 'run', 'containerd.sock');
+  const log = path.join(dir, 'containerd.log');
+  const pidFile = path.join(dir, 'containerd.pid');
+  fs.mkdirSync(path.dirname(config), { recursive: true });
+  fs.mkdirSync(path.dirname(socket), { recursive: true });
+  const defaults = execFileSync(binary, ['config', 'default'], { encoding: 'utf8' });
+  fs.writeFileSync(config, defaults
+    .replace(/^root = .*$/m, `root = "${path.join(dir, 'root')}"`)
+    .replace(/^state = .*$/m, `state = "${path.join(dir, 'state')}"`)
+    .replace(/(\[grpc\][^[]*?address = )"[^"]*"/, `$1"${socket}"`)
+    .replace(/(\[ttrpc\][^[]*?address = )"[^"]*"/, `$1"${socket}.ttrpc"`)
+    .replace(/(\[debug\][^[]*?address = )"[^"]*"/, `$1""`)
+    .replace(/(\[metrics\][^[]*?address = )"[^"]*"/, `$1""`)
+    // This machine refuses oom_score_adj -998: without this every pod sandbox fails.
+    .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true'));
+
+  // The supervisor: a shell loop that records the daemon's pid and restarts it on exit.
+  const supervisor = spawn('bash', ['-c', `
+    trap 'kill $(cat ${pidFile}) 2>/dev/null; exit 0' TERM
+    while true; do
+      ${binary} --config ${config} >>${log} 2>&1 &
+      echo $! > ${pidFile}
+      wait $!
+      sleep 0.2
+    done`], { stdio: 'ignore', detached: true });
+
+  const ctr = (args: string[]) => execFileSync('ctr', ['--address', socket, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const waitReady = async (timeoutMs = 30_000) => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      try {
+        ctr(['version']);
+        return;
+      } catch {
+        if (Date.now() > deadline) throw new Error(`containerd did not answer within ${timeoutMs} ms:\n${fs.existsSync(log) ? fs.readFileSync(log, 'utf8').split('\n').slice(-20).join('\n') : ''}`);
+        await new Promise(r => setTimeout(r, 200));
+      }
+    }
+  };
+  const stop = async () => {
+    await stopSupervisor(supervisor, pidFile);
+    // Shims outlive containerd by design: stop those started from this root.
+    try {
+      execFileSync('pkill', ['-f', '--', `-address ${socket}`], { stdio: 'ignore' });
+    } catch {
+      // none left
+    }
+  };
+  await waitReady();
+  return { dir, config, socket, log, restartCommand: `kill $(cat ${pidFile})`, ctr, waitReady, stop };
+}
+
+async function stopSupervisor(supervisor: ChildProcess, pidFile: string): Promise<void> {
+  const exited = new Promise(r => supervisor.once('exit', r));
+  supervisor.kill('SIGTERM');
+  await exited;
+  try {
+    process.kill(Number(fs.readFileSync(pidFile, 'utf8')), 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
