@@ -143,10 +143,16 @@ export class Installer {
       const binary = path.join(o.installRoot, 'shims', o.handler, fetched.sha256.slice(0, 16), shim.name);
       const binaryOnHost = onHost(o, binary);
       const newBinary = !fs.existsSync(binaryOnHost);
+      // Undo removes exactly the folders this install created.
+      let createdForBinary: string | undefined;
       if (newBinary) {
+        createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
         writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
         this.changed.push(`installed ${binary}`);
       }
+      const undoBinary = () => {
+        if (createdForBinary) fs.rmSync(createdForBinary, { recursive: true, force: true });
+      };
 
       const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
       let edited: { text: string } & EditRecord;
@@ -159,11 +165,11 @@ export class Installer {
         const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
         edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options: o.runtimeOptions }, defaults));
       } catch (e) {
-        if (newBinary) fs.rmSync(path.dirname(binaryOnHost), { recursive: true, force: true });
+        undoBinary();
         throw e instanceof ConfigError ? configFailed(e.message) : e;
       }
 
-      if (original !== undefined) this.backup(original);
+      const backup = original !== undefined ? this.backup(original) : undefined;
       const mode = configExists ? fs.statSync(configFile).mode & 0o777 : 0o644;
       writeAtomically(configFile, edited.text, mode);
       this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
@@ -180,11 +186,13 @@ export class Installer {
         // Undo: the previous bytes (or no file), and the new binary.
         if (original === undefined) fs.rmSync(configFile, { force: true });
         else writeAtomically(configFile, original, mode);
-        if (newBinary) fs.rmSync(path.dirname(binaryOnHost), { recursive: true, force: true });
+        backup?.undo();
+        undoBinary();
       });
 
       writeAtomically(statePath(o), JSON.stringify(newState, null, 2) + '\n', 0o600);
       if (state && state.binary !== binary) this.removeVersion(state.binary);
+      this.rotateBackups();
       return {
         ...base, outcome: 'installed', message: `handler ${o.handler} installed from ${url}`, sha256: fetched.sha256,
         configVersion, paths: { ...base.paths, binary }, state: newState,
@@ -213,14 +221,18 @@ export class Installer {
     }
     const mode = original !== undefined ? fs.statSync(configFile).mode & 0o777 : 0o644;
     if (removed.removed) {
-      this.backup(original!);
+      const backup = this.backup(original!);
       if (state?.configCreated && removed.text.trim() === '') fs.rmSync(configFile, { force: true });
       else writeAtomically(configFile, removed.text, mode);
       this.changed.push(`removed handler ${o.handler} from ${state?.configFile ?? layout.config}`);
-      await this.restartOrRollBack(layout, undefined, () => writeAtomically(configFile, original!, mode));
+      await this.restartOrRollBack(layout, undefined, () => {
+        writeAtomically(configFile, original!, mode);
+        backup.undo();
+      });
+      this.rotateBackups();
     }
-    fs.rmSync(onHost(o, path.join(o.installRoot, 'shims', o.handler)), { recursive: true, force: true });
-    fs.rmSync(statePath(o), { force: true });
+    this.removeAndPrune(onHost(o, path.join(o.installRoot, 'shims', o.handler)));
+    this.removeAndPrune(statePath(o));
     if (state) this.changed.push(`removed ${path.join(o.installRoot, 'shims', o.handler)}`);
     return {
       ...base, outcome: state || removed.removed ? 'uninstalled' : 'not-installed',
@@ -253,19 +265,40 @@ export class Installer {
     return defaultRuntimesOf(r.stdout);
   }
 
-  private backup(text: string): void {
-    const dir = onHost(this.o, path.join(this.o.installRoot, 'backups', this.o.handler));
-    fs.mkdirSync(dir, { recursive: true });
+  /** Removes a file or folder, then its parents below the install root while they are empty. */
+  private removeAndPrune(target: string): void {
+    fs.rmSync(target, { recursive: true, force: true });
+    const stop = onHost(this.o, this.o.installRoot);
+    for (let d = path.dirname(target); d.startsWith(stop + path.sep) && fs.readdirSync(d).length === 0; d = path.dirname(d)) {
+      fs.rmdirSync(d);
+    }
+  }
+
+  /** Saves the file as it was before this edit; `undo` removes the copy (and folders it made). */
+  private backup(text: string): { file: string; undo: () => void } {
+    const dir = this.backupDir();
+    const created = fs.mkdirSync(dir, { recursive: true });
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-    fs.writeFileSync(path.join(dir, `${stamp}-${path.basename(this.o.config ?? 'config.toml')}`), text, { mode: 0o600 });
-    // Keep the last five.
+    const file = path.join(dir, `${stamp}-${path.basename(this.o.config ?? 'config.toml')}`);
+    fs.writeFileSync(file, text, { mode: 0o600 });
+    return { file, undo: () => fs.rmSync(created ?? file, { recursive: true, force: true }) };
+  }
+
+  /** Keeps the five newest backups; run only after a change succeeded. */
+  private rotateBackups(): void {
+    const dir = this.backupDir();
+    if (!fs.existsSync(dir)) return;
     const backups = fs.readdirSync(dir).sort();
     for (const old of backups.slice(0, Math.max(0, backups.length - 5))) fs.rmSync(path.join(dir, old), { force: true });
   }
 
+  private backupDir(): string {
+    return onHost(this.o, path.join(this.o.installRoot, 'backups', this.o.handler));
+  }
+
   private removeVersion(binary: string): void {
     // Unlinking is safe for running shims (they keep the inode); only overwriting is not.
-    fs.rmSync(path.dirname(onHost(this.o, binary)), { recursive: true, force: true });
+    this.removeAndPrune(path.dirname(onHost(this.o, binary)));
     this.changed.push(`removed previous version ${binary}`);
   }
 
