@@ -7,6 +7,11 @@ export class ShimNodeLabels {
   /** Suffix of every per-shim label prefix. */
   public static readonly DOMAIN = 'shim.runtime.spinkube.dev';
 
+  /**
+   * The longest Shim name that maps to a valid label key.
+   */
+  public static readonly MAX_SHIM_NAME_LENGTH = 253 - '.shim.runtime.spinkube.dev'.length;
+
   /** The state value: the current or a previous revision of the shim is installed and usable. */
   public static readonly PROVISIONED = 'provisioned';
   /** The state value: an install was started and has not finished. */
@@ -38,11 +43,6 @@ export class ShimNodeLabels {
   public static revisionKey(shimName: string): string {
     return `${ShimNodeLabels.prefix(shimName)}/revision`;
   }
-
-  /**
-   * The longest Shim name that maps to a valid label key.
-   */
-  public static readonly MAX_SHIM_NAME_LENGTH = 253 - '.shim.runtime.spinkube.dev'.length;
 
   private static prefix(shimName: string): string {
     const prefix = `${shimName}.${ShimNodeLabels.DOMAIN}`;

@@ -1,13 +1,13 @@
 import { ApiObject, Lazy } from 'cdk8s';
 import { Construct, IConstruct } from 'constructs';
-import {
-  Shim, ShimSpec, ShimSpecFetchStrategyType, ShimSpecRolloutStrategyRollingMaxUpdate,
-  ShimSpecRuntimeClassOverheadPodFixed,
-} from '../../imports/runtime.spinkube.dev';
 import { SKIP_DRY_RUN, SYNC_OPTIONS_ANNOTATION, SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
 import { ShimNodeLabels } from './node-labels';
 import { ContainerdRestart, Rollout } from './rollout';
 import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256 } from './validation';
+import {
+  Shim, ShimSpec, ShimSpecFetchStrategyType, ShimSpecRolloutStrategyRollingMaxUpdate,
+  ShimSpecRuntimeClassOverheadPodFixed,
+} from '../../imports/runtime.spinkube.dev';
 
 /** A shim artifact for one node platform. */
 export interface ShimPlatformArtifact {

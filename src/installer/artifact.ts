@@ -65,8 +65,7 @@ export async function unpackShim(artifact: string, workDir: string, shimName: st
     const walk = (d: string) => {
       for (const entry of fs.readdirSync(d, { withFileTypes: true })) {
         const full = path.join(d, entry.name);
-        if (entry.isDirectory()) walk(full);
-        else if (entry.isFile()) {
+        if (entry.isDirectory()) {walk(full);} else if (entry.isFile()) {
           found.push(path.relative(dir, full));
           const m = SHIM_BINARY.exec(entry.name);
           if (m && m[1] === shimName) candidates.push({ file: full, name: entry.name, apiVersion: Number(m[2]) });

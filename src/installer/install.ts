@@ -2,13 +2,13 @@ import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
+import { unpackShim } from './artifact';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
   needsDefaultRuntimes, parseConfig, removeRuntime, RUNTIMES_PATH,
 } from './containerd-config';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
-import { unpackShim } from './artifact';
 import { containerdVersion, detectDistro, DistroLayout, hostCommand, layoutFor, onHost, withHostLock, writeAtomically } from './host';
 import { Logger } from './log';
 import { artifactFor, InstallerOptions } from './options';
@@ -72,6 +72,11 @@ function readState(o: InstallerOptions): InstallState | undefined {
   return fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : undefined;
 }
 
+/** The permission bits of a file (to write its replacement with the same). */
+function permissions(file: string): number {
+  return fs.statSync(file).mode % 0o1000;
+}
+
 function sameOptions(a: Record<string, string>, b: Record<string, string>): boolean {
   return JSON.stringify(Object.entries(a).sort()) === JSON.stringify(Object.entries(b).sort());
 }
@@ -92,9 +97,15 @@ export class Installer {
     const distro = detectDistro(this.o);
     const layout = layoutFor(this.o, distro, version?.major);
     const base: InstallResult = {
-      outcome: 'failed', exitCode: ExitCode.SUCCESS, message: '', handler: this.o.handler, changed: this.changed,
+      outcome: 'failed',
+      exitCode: ExitCode.SUCCESS,
+      message: '',
+      handler: this.o.handler,
+      changed: this.changed,
       paths: { config: layout.config, state: path.join(this.o.installRoot, 'state', `${this.o.handler}.json`) },
-      containerdVersion: version?.text, distro, timings: {},
+      containerdVersion: version?.text,
+      distro,
+      timings: {},
     };
     const lock = onHost(this.o, path.join(this.o.installRoot, '.lock'));
     const result = await withHostLock(lock, 10 * 60_000, async () => {
@@ -170,13 +181,20 @@ export class Installer {
       }
 
       const backup = original !== undefined ? this.backup(original) : undefined;
-      const mode = configExists ? fs.statSync(configFile).mode & 0o777 : 0o644;
+      const mode = configExists ? permissions(configFile) : 0o644;
       writeAtomically(configFile, edited.text, mode);
       this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
 
       const newState: InstallState = {
-        handler: o.handler, shimName: o.shimName, sha256: fetched.sha256, location: url, binary,
-        runtimeOptions: o.runtimeOptions, distro: layout.distro, configFile: layout.config, configVersion,
+        handler: o.handler,
+        shimName: o.shimName,
+        sha256: fetched.sha256,
+        location: url,
+        binary,
+        runtimeOptions: o.runtimeOptions,
+        distro: layout.distro,
+        configFile: layout.config,
+        configVersion,
         configCreated: state?.configCreated ?? original === undefined,
         edit: state?.edit ?? { addedSeparator: edited.addedSeparator, addedVersionLine: edited.addedVersionLine },
         installedAt: new Date().toISOString(),
@@ -194,8 +212,13 @@ export class Installer {
       if (state && state.binary !== binary) this.removeVersion(state.binary);
       this.rotateBackups();
       return {
-        ...base, outcome: 'installed', message: `handler ${o.handler} installed from ${url}`, sha256: fetched.sha256,
-        configVersion, paths: { ...base.paths, binary }, state: newState,
+        ...base,
+        outcome: 'installed',
+        message: `handler ${o.handler} installed from ${url}`,
+        sha256: fetched.sha256,
+        configVersion,
+        paths: { ...base.paths, binary },
+        state: newState,
       };
     } finally {
       fs.rmSync(scratch, { recursive: true, force: true });
@@ -219,7 +242,7 @@ export class Installer {
         throw e instanceof ConfigError ? configFailed(e.message) : e;
       }
     }
-    const mode = original !== undefined ? fs.statSync(configFile).mode & 0o777 : 0o644;
+    const mode = original !== undefined ? permissions(configFile) : 0o644;
     if (removed.removed) {
       const backup = this.backup(original!);
       if (state?.configCreated && removed.text.trim() === '') fs.rmSync(configFile, { force: true });
@@ -235,7 +258,8 @@ export class Installer {
     this.removeAndPrune(statePath(o));
     if (state) this.changed.push(`removed ${path.join(o.installRoot, 'shims', o.handler)}`);
     return {
-      ...base, outcome: state || removed.removed ? 'uninstalled' : 'not-installed',
+      ...base,
+      outcome: state || removed.removed ? 'uninstalled' : 'not-installed',
       message: state || removed.removed ? `handler ${o.handler} uninstalled` : `handler ${o.handler} is not installed here`,
     };
   }

@@ -47,8 +47,14 @@ async function main(): Promise<number> {
     const err = e instanceof InstallerError ? e : new InstallerError(ExitCode.UNEXPECTED, 'InternalError', (e as Error).stack ?? String(e));
     log.error(err.message, { reason: err.reason, exitCode: err.exitCode });
     writeResult(options.resultFile, {
-      outcome: 'failed', exitCode: err.exitCode, reason: err.reason, message: err.message.split('\n')[0],
-      handler: options.handler, changed: [], paths: {}, timings: {},
+      outcome: 'failed',
+      exitCode: err.exitCode,
+      reason: err.reason,
+      message: err.message.split('\n')[0],
+      handler: options.handler,
+      changed: [],
+      paths: {},
+      timings: {},
     }, log);
     return err.exitCode;
   }

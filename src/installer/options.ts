@@ -1,5 +1,5 @@
-import { isDnsLabel, isSha256 } from '../constructs/validation';
 import { badInput } from './errors';
+import { isDnsLabel, isSha256 } from '../constructs/validation';
 
 export type Command = 'install' | 'uninstall' | 'status';
 export type RestartMode = 'systemd' | 'command' | 'none';
@@ -45,12 +45,12 @@ export const FLAGS: FlagSpec[] = [
   { name: 'platform-location', arg: 'OS/ARCH=URL', repeat: true, help: 'artifact URL for one platform (repeatable; wins over --location)' },
   { name: 'sha256', arg: 'HEX', help: 'expected sha256 of the artifact (strongly recommended)' },
   { name: 'runtime-option', arg: 'KEY=VALUE', repeat: true, help: "option for the handler's options table (repeatable)" },
-  { name: 'config', arg: 'PATH', help: "containerd config, relative to the host root (default: detected per distribution)" },
+  { name: 'config', arg: 'PATH', help: 'containerd config, relative to the host root (default: detected per distribution)' },
   { name: 'distro', arg: 'NAME', help: `containerd distribution: ${DISTROS.join(', ')} (default: detected)` },
   { name: 'restart', arg: 'MODE', help: 'systemd (default), command or none' },
   { name: 'restart-command', arg: 'CMD', help: 'host command that restarts containerd (--restart command)' },
   { name: 'install-root', arg: 'PATH', help: 'where shims, state and backups live on the host (default /opt/rcm)' },
-  { name: 'result-file', arg: 'PATH', help: "where the JSON result is written (default /dev/termination-log)" },
+  { name: 'result-file', arg: 'PATH', help: 'where the JSON result is written (default /dev/termination-log)' },
   { name: 'socket', arg: 'PATH', help: "containerd's socket on the host (default: per distribution)" },
   { name: 'platform', arg: 'OS/ARCH', help: "the node's platform (default: this machine's)" },
   { name: 'max-size', arg: 'BYTES', help: 'largest artifact accepted (default 268435456)' },

@@ -4,8 +4,8 @@ import * as fs from 'fs';
 import * as http from 'http';
 import * as os from 'os';
 import * as path from 'path';
-import * as tar from 'tar';
 import { buildSync } from 'esbuild';
+import * as tar from 'tar';
 import { ContainerdDaemon, startContainerd } from '../support/containerd-daemon';
 import { buildOciImage } from '../support/oci-image';
 
@@ -80,7 +80,7 @@ function hostArgs(handler = 'rcmtest'): string[] {
 function hostSnapshot(): { config: string; installRoot: string[] } {
   const installRoot = path.join(daemon.dir, 'opt');
   const list = (d: string): string[] => (fs.existsSync(d) ? fs.readdirSync(d, { recursive: true }).map(String).sort() : []);
-  return { config: fs.readFileSync(daemon.config, "utf8"), installRoot: list(installRoot) };
+  return { config: fs.readFileSync(daemon.config, 'utf8'), installRoot: list(installRoot) };
 }
 
 function containerdPid(): string {
@@ -155,7 +155,7 @@ describe('install, run, uninstall on a real containerd', () => {
     expect(Object.keys(install.result.timings)).toEqual(expect.arrayContaining(['downloadMs', 'verifyMs', 'configMs', 'restartMs', 'totalMs']));
     const binary: string = install.result.paths.binary;
     expect(binary).toMatch(new RegExp(`^${daemon.dir}/opt/rcm/shims/rcmtest/[0-9a-f]{16}/containerd-shim-rcmtest-v2$`));
-    expect(fs.statSync(binary).mode & 0o777).toBe(0o755);
+    expect(fs.statSync(binary).mode.toString(8).slice(-3)).toBe('755');
     expect(containerdPid()).not.toBe(pidBefore);
     const dump = execFileSync('containerd', ['--config', daemon.config, 'config', 'dump'], { encoding: 'utf8' });
     expect(dump).toContain(`runtime_type = "${binary}"`);

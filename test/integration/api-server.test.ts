@@ -1,9 +1,9 @@
 import { spawnSync } from 'child_process';
 import * as fs from 'fs';
 import { App, Chart, Testing, Yaml } from 'cdk8s';
+import { WasmShims } from '../../examples/wasm-shims/main';
 import { ControlPlane, startControlPlane } from '../support/control-plane';
 import { kubeBinary } from '../support/tools';
-import { WasmShims } from '../../examples/wasm-shims/main';
 
 // The synthesized example and hand-written Shims against a real kube-apiserver 1.20:
 // the CRD schema, server-side apply and the RBAC are judged by the real thing.
@@ -145,7 +145,8 @@ describe('the Shim schema', () => {
         anonHttp: { platforms: [{ os: 'linux', arch: 'amd64', location: 'https://example.com/a.tgz', sha256: 'a'.repeat(64) }] },
       },
       runtimeClass: {
-        name: 'with-extras', handler: 'extras',
+        name: 'with-extras',
+        handler: 'extras',
         overhead: { podFixed: { memory: '64Mi', cpu: 1 } },
         tolerations: [{ key: 'wasm', operator: 'Exists', effect: 'NoSchedule' }],
       },

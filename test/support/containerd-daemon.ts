@@ -34,8 +34,8 @@ export async function startContainerd(binary = '/usr/bin/containerd', dir = fs.m
     .replace(/^state = .*$/m, `state = "${path.join(dir, 'state')}"`)
     .replace(/(\[grpc\][^[]*?address = )"[^"]*"/, `$1"${socket}"`)
     .replace(/(\[ttrpc\][^[]*?address = )"[^"]*"/, `$1"${socket}.ttrpc"`)
-    .replace(/(\[debug\][^[]*?address = )"[^"]*"/, `$1""`)
-    .replace(/(\[metrics\][^[]*?address = )"[^"]*"/, `$1""`)
+    .replace(/(\[debug\][^[]*?address = )"[^"]*"/, '$1""')
+    .replace(/(\[metrics\][^[]*?address = )"[^"]*"/, '$1""')
     // This machine refuses oom_score_adj -998: without this every pod sandbox fails.
     .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true'));
 
