@@ -51,6 +51,7 @@ const project = new cdk8s.ConstructLibraryCdk8s({
     'ts-node',
   ],
   jestOptions: {
+    jestVersion: '^29', // jest 30 pulls unrs-resolver too (see devDeps)
     // Snapshots are checked, never silently rewritten: `npx jest -u` updates them on purpose.
     updateSnapshot: javascript.UpdateSnapshot.NEVER,
     jestConfig: {
@@ -66,6 +67,11 @@ const project = new cdk8s.ConstructLibraryCdk8s({
   },
   gitignore: ['/.cache/', '/test-reports/', '/coverage/'],
 });
+
+// Pinned below the releases that pull unrs-resolver: npm 11 leaves its per-platform optional
+// bindings out of package-lock.json, and `npm ci` then refuses the lock file.
+project.deps.removeDependency('eslint-import-resolver-typescript');
+project.addDevDeps('eslint-import-resolver-typescript@~3.6.3');
 
 project.package.addBin(Object.fromEntries(bundles.map(b => [b.bin, b.out])));
 // jsii and TypeScript consumers find the declarations beside the entrypoint.
