@@ -2,6 +2,7 @@ import { cdk8s, javascript } from 'projen';
 
 // The programs bundled into single files (the images need only `node`).
 const bundles = [
+  { entry: 'src/runtime/main.ts', out: 'lib/rcm-controller.js', bin: 'rcm-controller' },
   { entry: 'src/installer/main.ts', out: 'lib/rcm-node-installer.js', bin: 'rcm-node-installer' },
 ];
 

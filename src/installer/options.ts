@@ -106,7 +106,8 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv, defaultPlat
   for (const f of FLAGS) {
     const e = env[envName(f.name)];
     if (e === undefined || e === '') continue;
-    if (f.repeat) repeated[f.name] = e.split(/[\n,]/).map(s => s.trim()).filter(Boolean);
+    // Repeated values come one per line (URLs and option values may hold commas).
+    if (f.repeat) repeated[f.name] = e.split('\n').map(s => s.trim()).filter(Boolean);
     else single[f.name] = e;
   }
   const fromFlags: Record<string, string[]> = {};

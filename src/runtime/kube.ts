@@ -1,0 +1,82 @@
+// A thin REST client over the API server: the few verbs the controller needs, with the
+// credentials from @kubernetes/client-node's KubeConfig (in-cluster or a kubeconfig file).
+import * as https from 'https';
+import { KubeConfig } from '@kubernetes/client-node';
+
+export class ApiError extends Error {
+  constructor(readonly code: number, readonly body: string, method: string, path: string) {
+    super(`${method} ${path}: HTTP ${code}: ${body.slice(0, 300)}`);
+  }
+}
+
+export const MERGE_PATCH = 'application/merge-patch+json';
+export const APPLY_PATCH = 'application/apply-patch+yaml';
+
+export class Kube {
+  /** Every write, counted by verb (the benchmark reads it). */
+  readonly writes: Record<string, number> = {};
+  private readonly server: URL;
+
+  constructor(readonly config: KubeConfig) {
+    const cluster = config.getCurrentCluster();
+    if (!cluster) throw new Error('the kubeconfig has no current cluster');
+    this.server = new URL(cluster.server);
+  }
+
+  async request<T = any>(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<T> {
+    const options: https.RequestOptions = {
+      method,
+      hostname: this.server.hostname,
+      port: this.server.port || 443,
+      path,
+      headers: { Accept: 'application/json', ...(body !== undefined ? { 'Content-Type': contentType } : {}) },
+      timeout: 30_000,
+    };
+    await this.config.applyToHTTPSOptions(options);
+    if (method !== 'GET') this.writes[method] = (this.writes[method] ?? 0) + 1;
+    return new Promise<T>((resolve, reject) => {
+      const req = https.request(options, res => {
+        const chunks: Buffer[] = [];
+        res.on('data', c => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          if ((res.statusCode ?? 0) >= 300) return reject(new ApiError(res.statusCode ?? 0, text, method, path));
+          resolve(text ? JSON.parse(text) : undefined);
+        });
+      });
+      req.on('timeout', () => req.destroy(new Error(`${method} ${path}: timed out`)));
+      req.on('error', reject);
+      if (body !== undefined) req.write(JSON.stringify(body));
+      req.end();
+    });
+  }
+
+  get<T = any>(path: string): Promise<T> {
+    return this.request('GET', path);
+  }
+
+  create<T = any>(path: string, body: unknown): Promise<T> {
+    return this.request('POST', path, body);
+  }
+
+  mergePatch<T = any>(path: string, patch: unknown): Promise<T> {
+    return this.request('PATCH', path, patch, MERGE_PATCH);
+  }
+
+  /** Server-side apply with the controller's one field manager. */
+  apply<T = any>(path: string, object: unknown, fieldManager: string): Promise<T> {
+    return this.request('PATCH', `${path}?fieldManager=${encodeURIComponent(fieldManager)}&force=true`, object, APPLY_PATCH);
+  }
+
+  delete(path: string, body?: unknown): Promise<unknown> {
+    return this.request('DELETE', path, body);
+  }
+}
+
+export function isNotFound(e: unknown): boolean {
+  return e instanceof ApiError && e.code === 404;
+}
+
+export function isConflictOrExists(e: unknown): boolean {
+  return e instanceof ApiError && e.code === 409;
+}

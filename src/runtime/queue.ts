@@ -1,0 +1,78 @@
+// A work queue keyed by Shim name: a key waits at most once, is never processed by two
+// workers at once, and failures are retried with per-key exponential backoff.
+
+export class WorkQueue {
+  private readonly waiting = new Set<string>();
+  private readonly order: string[] = [];
+  private readonly active = new Set<string>();
+  /** Keys added while being processed: queued again when their worker finishes. */
+  private readonly dirty = new Set<string>();
+  private readonly failures = new Map<string, number>();
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly sleepers: (() => void)[] = [];
+  private stopped = false;
+
+  constructor(private readonly baseDelayMs = 200, private readonly maxDelayMs = 60_000) {}
+
+  get depth(): number {
+    return this.waiting.size;
+  }
+
+  add(key: string): void {
+    if (this.stopped) return;
+    if (this.active.has(key)) {
+      this.dirty.add(key);
+      return;
+    }
+    if (this.waiting.has(key)) return;
+    this.waiting.add(key);
+    this.order.push(key);
+    this.sleepers.shift()?.();
+  }
+
+  addAfter(key: string, delayMs: number): void {
+    const timer = setTimeout(() => {
+      this.timers.delete(timer);
+      this.add(key);
+    }, delayMs);
+    this.timers.add(timer);
+  }
+
+  /** Schedules a retry with backoff; returns the delay. */
+  retry(key: string): number {
+    const n = (this.failures.get(key) ?? 0) + 1;
+    this.failures.set(key, n);
+    const delay = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** (n - 1));
+    this.addAfter(key, delay);
+    return delay;
+  }
+
+  forget(key: string): void {
+    this.failures.delete(key);
+  }
+
+  /** The next key to process, or undefined once stopped. */
+  async next(): Promise<string | undefined> {
+    while (!this.stopped) {
+      const key = this.order.shift();
+      if (key !== undefined) {
+        this.waiting.delete(key);
+        this.active.add(key);
+        return key;
+      }
+      await new Promise<void>(resolve => this.sleepers.push(resolve));
+    }
+    return undefined;
+  }
+
+  done(key: string): void {
+    this.active.delete(key);
+    if (this.dirty.delete(key)) this.add(key);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    for (const t of this.timers) clearTimeout(t);
+    for (const wake of this.sleepers.splice(0)) wake();
+  }
+}
