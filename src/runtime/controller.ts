@@ -3,7 +3,7 @@
 import { KubernetesObject, makeInformer } from '@kubernetes/client-node';
 import { ShimNodeLabels } from '../constructs/node-labels';
 import { Logger } from '../installer/log';
-import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, MANAGED_BY } from './jobs';
+import { ANNOTATION_NODE, ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
 import { isConflictOrExists, isNotFound, Kube } from './kube';
 import { Metrics } from './metrics';
 import { FINALIZER, jobName, plan } from './planner';
@@ -37,6 +37,11 @@ export class Controller {
   private runtimeClasses!: Cache<any>;
   private readonly informers: { stop(): Promise<void> }[] = [];
   private resync?: NodeJS.Timeout;
+  /**
+   * Jobs this controller deleted that the (separately watched) cache may still show: a node
+   * event can arrive before the Job's delete event.
+   */
+  private readonly deletedJobs = new Set<string>();
   private synced = false;
 
   constructor(private readonly kube: Kube, private readonly settings: ControllerSettings,
@@ -56,7 +61,10 @@ export class Controller {
     };
     this.shims = await this.watch<ShimObject>(SHIMS, s => this.queue.add(s.metadata.name));
     this.nodes = await this.watch('/api/v1/nodes', enqueueAll);
-    this.jobs = await this.watch(`/apis/batch/v1/namespaces/${ns}/jobs`, byAnnotation, managed);
+    // A Job's delete event ends its tombstone; so does the add of a new Job of that name (the
+    // delete event may have come before the tombstone was written).
+    this.jobs = await this.watch(`/apis/batch/v1/namespaces/${ns}/jobs`, byAnnotation, managed,
+      job => this.deletedJobs.delete(job.metadata?.name));
     this.pods = await this.watch(`/api/v1/namespaces/${ns}/pods`, byAnnotation, managed);
     this.runtimeClasses = await this.watch('/apis/node.k8s.io/v1/runtimeclasses', rc => {
       const owner = (rc.metadata?.ownerReferences ?? []).find((o: any) => o.kind === 'Shim');
@@ -75,10 +83,14 @@ export class Controller {
     await Promise.all(this.informers.map(i => i.stop().catch(() => undefined)));
   }
 
-  private async watch<T>(path: string, onChange: (o: any) => void, labelSelector?: string): Promise<Cache<T>> {
+  private async watch<T>(path: string, onChange: (o: any) => void, labelSelector?: string, onAddOrDelete?: (o: any) => void): Promise<Cache<T>> {
     const list = () => this.kube.get(`${path}${labelSelector ? `?labelSelector=${encodeURIComponent(labelSelector)}` : ''}`);
     const informer = makeInformer<KubernetesObject>(this.kube.config, path, list as any, labelSelector);
     for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, onChange);
+    if (onAddOrDelete) {
+      informer.on('delete', onAddOrDelete);
+      informer.on('add', onAddOrDelete);
+    }
     informer.on('error', (err: any) => {
       // A watch that expired or broke: list again after a pause (the cache stays usable).
       this.log.warn('watch failed, restarting', { path, error: String(err?.message ?? err) });
@@ -120,8 +132,7 @@ export class Controller {
   async reconcile(name: string): Promise<void> {
     const shim = this.shims.get(name);
     if (!shim) return; // gone: its finalizer was released already
-    const jobs = this.jobs.list()
-      .filter(j => j.metadata?.labels?.['runtime.spinkube.dev/shim-uid'] === shim.metadata.uid)
+    const jobs = this.jobsOf(shim)
       .map(j => jobView(j, this.pods.list().filter(p => p.metadata?.labels?.['job-name'] === j.metadata.name)))
       .filter((j): j is NonNullable<typeof j> => j !== undefined);
     const result = plan({
@@ -136,6 +147,10 @@ export class Controller {
       if (!result.actions.some(a => a.kind === 'removeFinalizer')) await this.writeStatus(shim, result.status);
     }
     this.metrics.observeRollout(name, result.status);
+  }
+
+  private jobsOf(shim: ShimObject): any[] {
+    return this.jobs.list().filter(j => j.metadata?.labels?.[LABEL_SHIM_UID] === shim.metadata.uid && !this.deletedJobs.has(j.metadata.name));
   }
 
   private async writeStatus(shim: ShimObject, status: any): Promise<void> {
@@ -181,6 +196,16 @@ export class Controller {
           });
         } catch (e) {
           if (!isNotFound(e)) throw e;
+        }
+        // The node's finished Jobs describe a past that the uninstall ended: should the node
+        // be selected again, a fresh install must run under the same (deterministic) name.
+        for (const job of this.jobsOf(shim).filter(j => j.metadata.annotations?.[ANNOTATION_NODE] === action.node)) {
+          try {
+            await this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${job.metadata.name}`, { propagationPolicy: 'Background' });
+            this.deletedJobs.add(job.metadata.name);
+          } catch (e) {
+            if (!isNotFound(e)) throw e;
+          }
         }
         return;
       case 'applyRuntimeClass':
@@ -233,6 +258,13 @@ export class Controller {
       return; // already in shape: no write
     }
     await this.kube.apply(`/apis/node.k8s.io/v1/runtimeclasses/${desired.metadata.name}`, desired, FIELD_MANAGER);
+    // Apply cannot take away keys another manager added to the node selector, and a selector
+    // that asks for more than the provisioned label would keep pods off ready nodes.
+    const foreign = Object.keys(existing?.scheduling?.nodeSelector ?? {}).filter(k => !(k in desired.scheduling.nodeSelector));
+    if (foreign.length > 0) {
+      await this.kube.mergePatch(`/apis/node.k8s.io/v1/runtimeclasses/${desired.metadata.name}`,
+        { scheduling: { nodeSelector: Object.fromEntries(foreign.map(k => [k, null])) } });
+    }
   }
 
   /** The existing object already holds every field we would apply. */

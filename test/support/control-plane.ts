@@ -31,6 +31,8 @@ export interface ControlPlane {
 export interface ControlPlaneOptions {
   /** Also run kube-controller-manager (Job controller, garbage collector, token controller). */
   readonly controllerManager?: boolean;
+  /** kube-controller-manager's --controllers. */
+  readonly controllers?: string;
 }
 
 /** A free TCP port on 127.0.0.1 (asked of the kernel, then released). */
@@ -179,7 +181,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
         '--bind-address=127.0.0.1',
         `--secure-port=${cmPort}`,
         '--port=0',
-        '--controllers=*,-nodeipam',
+        `--controllers=${options.controllers ?? '*,-nodeipam'}`,
         '--feature-gates=TTLAfterFinished=true',
         '--use-service-account-credentials=true',
       ]);
