@@ -132,8 +132,13 @@ export class Controller {
   async reconcile(name: string): Promise<void> {
     const shim = this.shims.get(name);
     if (!shim) return; // gone: its finalizer was released already
+    const podsByJob = new Map<string, any[]>();
+    for (const pod of this.pods.list()) {
+      const job = pod.metadata?.labels?.['job-name'];
+      if (job) podsByJob.set(job, [...(podsByJob.get(job) ?? []), pod]);
+    }
     const jobs = this.jobsOf(shim)
-      .map(j => jobView(j, this.pods.list().filter(p => p.metadata?.labels?.['job-name'] === j.metadata.name)))
+      .map(j => jobView(j, podsByJob.get(j.metadata.name) ?? []))
       .filter((j): j is NonNullable<typeof j> => j !== undefined);
     const result = plan({
       shim,

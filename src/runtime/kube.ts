@@ -13,11 +13,12 @@ export const MERGE_PATCH = 'application/merge-patch+json';
 export const APPLY_PATCH = 'application/apply-patch+yaml';
 
 export class Kube {
-  /** Every write, counted by verb (the benchmark reads it). */
-  readonly writes: Record<string, number> = {};
   private readonly server: URL;
+  /** Connections are reused: a TLS handshake per request would dominate the controller's CPU. */
+  private readonly agent = new https.Agent({ keepAlive: true, maxSockets: 32 });
 
-  constructor(readonly config: KubeConfig) {
+  /** @param onWrite called for every write (metrics count them) */
+  constructor(readonly config: KubeConfig, private readonly onWrite: (verb: string) => void = () => undefined) {
     const cluster = config.getCurrentCluster();
     if (!cluster) throw new Error('the kubeconfig has no current cluster');
     this.server = new URL(cluster.server);
@@ -31,9 +32,10 @@ export class Kube {
       path,
       headers: { Accept: 'application/json', ...(body !== undefined ? { 'Content-Type': contentType } : {}) },
       timeout: 30_000,
+      agent: this.agent,
     };
     await this.config.applyToHTTPSOptions(options);
-    if (method !== 'GET') this.writes[method] = (this.writes[method] ?? 0) + 1;
+    if (method !== 'GET') this.onWrite(method);
     return new Promise<T>((resolve, reject) => {
       const req = https.request(options, res => {
         const chunks: Buffer[] = [];

@@ -81,8 +81,8 @@ async function main(): Promise<void> {
   const config = new KubeConfig();
   if (flags.kubeconfig) config.loadFromFile(flags.kubeconfig);
   else config.loadFromCluster();
-  const kube = new Kube(config);
   const metrics = new Metrics();
+  const kube = new Kube(config, verb => metrics.apiWrites.inc({ verb }));
   const controller = new Controller(kube, {
     namespace: flags.namespace,
     image: flags['installer-image'],

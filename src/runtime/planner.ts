@@ -108,8 +108,14 @@ export function invalidReason(shim: ShimObject, others: ShimObject[], selected: 
   return undefined;
 }
 
-function findJob(jobs: JobView[], node: string, operation: Operation, revision?: string): JobView | undefined {
-  return jobs.find(j => j.node === node && j.operation === operation && (revision === undefined || j.revision === revision));
+/** Jobs by node and operation: looked up once per node, so a Map instead of a scan. */
+function indexJobs(jobs: JobView[]): (node: string, operation: Operation, revision?: string) => JobView | undefined {
+  const index = new Map<string, JobView[]>();
+  for (const job of jobs) {
+    const key = `${job.operation}/${job.node}`;
+    index.set(key, [...(index.get(key) ?? []), job]);
+  }
+  return (node, operation, revision) => (index.get(`${operation}/${node}`) ?? []).find(j => revision === undefined || j.revision === revision);
 }
 
 function describeFailure(job: JobView | undefined): { reason: string; message: string } {
@@ -120,7 +126,8 @@ function describeFailure(job: JobView | undefined): { reason: string; message: s
 }
 
 export function plan(input: PlanInput): Plan {
-  const { shim, nodes, jobs, now } = input;
+  const { shim, nodes, now } = input;
+  const findJob = indexJobs(input.jobs);
   const name = shim.metadata.name;
   const actions: Action[] = [];
   const previous: ShimStatus | undefined = shim.status;
@@ -141,7 +148,7 @@ export function plan(input: PlanInput): Plan {
   if (shim.metadata.deletionTimestamp) {
     let remaining = 0;
     for (const node of labelled) {
-      const job = findJob(jobs, node.name, 'uninstall');
+      const job = findJob(node.name, 'uninstall');
       if (job?.phase === 'succeeded') {
         actions.push({ kind: 'clearNode', node: node.name });
         actions.push({ kind: 'event', type: 'Normal', reason: 'Uninstalled', message: `removed from node ${node.name}` });
@@ -187,7 +194,7 @@ export function plan(input: PlanInput): Plan {
   for (const node of selected) {
     const state = stateOf(node);
     const current = revisionOn(node) === revision;
-    const job = findJob(jobs, node.name, 'install', revision);
+    const job = findJob(node.name, 'install', revision);
     if (job?.phase === 'succeeded') {
       ready++;
       if (!(state === ShimNodeLabels.PROVISIONED && current)) {
@@ -232,7 +239,7 @@ export function plan(input: PlanInput): Plan {
   // Nodes that no longer match: uninstall, then forget.
   const selectedNames = new Set(selected.map(n => n.name));
   for (const node of labelled.filter(n => !selectedNames.has(n.name))) {
-    const job = findJob(jobs, node.name, 'uninstall');
+    const job = findJob(node.name, 'uninstall');
     if (job?.phase === 'succeeded') {
       actions.push({ kind: 'clearNode', node: node.name });
       actions.push({ kind: 'event', type: 'Normal', reason: 'Uninstalled', message: `removed from node ${node.name} (no longer selected)` });

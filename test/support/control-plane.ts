@@ -33,6 +33,8 @@ export interface ControlPlaneOptions {
   readonly controllerManager?: boolean;
   /** kube-controller-manager's --controllers. */
   readonly controllers?: string;
+  /** More kube-controller-manager flags (e.g. its API rate limits for benchmarks). */
+  readonly controllerManagerArgs?: string[];
 }
 
 /** A free TCP port on 127.0.0.1 (asked of the kernel, then released). */
@@ -173,7 +175,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     ].join('\n'));
 
     if (options.controllerManager) {
-      start('kube-controller-manager', kubeBinary('kube-controller-manager'), [
+      const cm = start('kube-controller-manager', kubeBinary('kube-controller-manager'), [
         `--kubeconfig=${kubeconfig}`,
         `--service-account-private-key-file=${saKey}`,
         `--root-ca-file=${caFile}`,
@@ -184,7 +186,11 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
         `--controllers=${options.controllers ?? '*,-nodeipam'}`,
         '--feature-gates=TTLAfterFinished=true',
         '--use-service-account-credentials=true',
+        ...(options.controllerManagerArgs ?? []),
       ]);
+      // A bad flag ends it at once; say so here rather than as a Job that never runs.
+      await new Promise(r => setTimeout(r, 1500));
+      if (cm.exitCode !== null) throw new Error(`kube-controller-manager exited with ${cm.exitCode}\n${logTails(15)}`);
     }
 
     const kubectl = (args: string[], opts: { input?: string } = {}) => execFileSync(kubeBinary('kubectl'), ['--kubeconfig', kubeconfig, ...args], {

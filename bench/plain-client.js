@@ -1,0 +1,43 @@
+// The baseline of the controller benchmark: a plain client loop that performs only the
+// unavoidable writes, one Job and one node label patch per node and Shim, and nothing else.
+// Usage: node bench/plain-client.js SERVER TOKEN CA_FILE NAMESPACE SHIMS NODE...
+const fs = require('fs');
+const https = require('https');
+
+const [server, token, caFile, namespace, shims, ...nodes] = process.argv.slice(2);
+const agent = new https.Agent({ keepAlive: true, maxSockets: 16, ca: fs.readFileSync(caFile) });
+let writes = 0;
+
+function request(method, path, body, contentType) {
+  writes++;
+  return new Promise((resolve, reject) => {
+    const req = https.request(new URL(path, server), {
+      method, agent, headers: { Authorization: `Bearer ${token}`, 'Content-Type': contentType },
+    }, res => {
+      res.resume();
+      res.on('end', () => (res.statusCode < 300 ? resolve() : reject(new Error(`${method} ${path}: ${res.statusCode}`))));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+async function main() {
+  const work = [];
+  for (const shim of shims.split(',')) for (const node of nodes) work.push([shim, node]);
+  let next = 0;
+  const worker = async () => {
+    while (next < work.length) {
+      const [shim, node] = work[next++];
+      await request('POST', `/apis/batch/v1/namespaces/${namespace}/jobs`, {
+        apiVersion: 'batch/v1', kind: 'Job', metadata: { name: `plain-${shim}-${node}` },
+        spec: { template: { spec: { nodeName: node, restartPolicy: 'Never', containers: [{ name: 'c', image: 'x' }] } } },
+      }, 'application/json');
+      await request('PATCH', `/api/v1/nodes/${node}`, { metadata: { labels: { [`${shim}.plain.example/state`]: 'provisioned' } } }, 'application/merge-patch+json');
+    }
+  };
+  await Promise.all(Array.from({ length: 16 }, worker));
+  process.stdout.write(JSON.stringify({ writes }) + '\n');
+}
+
+main().catch(e => { console.error(e); process.exit(1); });
