@@ -65,7 +65,7 @@ async function main(): Promise<void> {
 
     const metricsPort = await freePort();
     const start = Date.now();
-    const controller = spawn(process.execPath, [bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
+    const controller = spawn(process.execPath, [...(process.env.RCM_BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.RCM_BENCH_PROFILE}`] : []), bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
       `--metrics-bind-address=127.0.0.1:${metricsPort}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`, '--log-format=json', '--workers=4'],
     { stdio: ['ignore', 'ignore', fs.openSync(path.join(work, 'controller.log'), 'a')] });
     for (const shim of SHIMS) {

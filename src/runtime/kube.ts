@@ -14,8 +14,12 @@ export const APPLY_PATCH = 'application/apply-patch+yaml';
 
 export class Kube {
   private readonly server: URL;
-  /** Connections are reused: a TLS handshake per request would dominate the controller's CPU. */
-  private readonly agent = new https.Agent({ keepAlive: true, maxSockets: 32 });
+  /**
+   * Connections are reused: a TLS handshake (and a new secure context) per request would
+   * dominate the controller's CPU. The agent holds the TLS material; headers (the token,
+   * which may rotate) are applied per request.
+   */
+  private agent?: https.Agent;
 
   /** @param onWrite called for every write (metrics count them) */
   constructor(readonly config: KubeConfig, private readonly onWrite: (verb: string) => void = () => undefined) {
@@ -32,9 +36,14 @@ export class Kube {
       path,
       headers: { Accept: 'application/json', ...(body !== undefined ? { 'Content-Type': contentType } : {}) },
       timeout: 30_000,
-      agent: this.agent,
     };
     await this.config.applyToHTTPSOptions(options);
+    const tls = options as https.RequestOptions & { ca?: any; cert?: any; key?: any };
+    this.agent ??= new https.Agent({ keepAlive: true, maxSockets: 32, ca: tls.ca, cert: tls.cert, key: tls.key, rejectUnauthorized: tls.rejectUnauthorized });
+    delete tls.ca;
+    delete tls.cert;
+    delete tls.key;
+    options.agent = this.agent;
     if (method !== 'GET') this.onWrite(method);
     return new Promise<T>((resolve, reject) => {
       const req = https.request(options, res => {
