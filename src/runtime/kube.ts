@@ -29,12 +29,14 @@ export class Kube {
   }
 
   async request<T = any>(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<T> {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const options: https.RequestOptions = {
       method,
       hostname: this.server.hostname,
       port: this.server.port || 443,
       path,
-      headers: { Accept: 'application/json', ...(body !== undefined ? { 'Content-Type': contentType } : {}) },
+      // An explicit length: a chunked DELETE body is refused by the API server.
+      headers: { Accept: 'application/json', ...(payload ? { 'Content-Type': contentType, 'Content-Length': payload.length } : {}) },
       timeout: 30_000,
     };
     await this.config.applyToHTTPSOptions(options);
@@ -57,8 +59,7 @@ export class Kube {
       });
       req.on('timeout', () => req.destroy(new Error(`${method} ${path}: timed out`)));
       req.on('error', reject);
-      if (body !== undefined) req.write(JSON.stringify(body));
-      req.end();
+      req.end(payload);
     });
   }
 
