@@ -119,6 +119,21 @@ export interface RuntimeClassManagerProps {
    * @default - requests 50m / 64Mi, limits 500m / 256Mi
    */
   readonly resources?: ControllerResources;
+  /**
+   * How long a leader holds its Lease without renewing (fail-over time).
+   * @default Duration.seconds(15)
+   */
+  readonly leaseDuration?: Duration;
+  /**
+   * Shims reconciled in parallel.
+   * @default 4
+   */
+  readonly workers?: number;
+  /**
+   * Period of the full resync of every Shim.
+   * @default Duration.seconds(30)
+   */
+  readonly resyncPeriod?: Duration;
 }
 
 const NAME = 'rcm-controller';
@@ -151,7 +166,13 @@ export class RuntimeClassManager extends Construct {
     const metricsPort = props.metricsPort ?? 8080;
     const probePort = props.probePort ?? 8081;
     const jobTtl = props.jobTtl ?? Duration.hours(1);
+    const leaseDuration = props.leaseDuration ?? Duration.seconds(15);
+    const workers = props.workers ?? 4;
+    const resyncPeriod = props.resyncPeriod ?? Duration.seconds(30);
     validateProps(this.namespace, replicas, leaderElection, metricsPort, probePort, jobTtl);
+    for (const [field, seconds] of [['leaseDuration', leaseDuration.toSeconds({ integral: false })], ['resyncPeriod', resyncPeriod.toSeconds({ integral: false })], ['workers', workers]] as const) {
+      if (!Number.isInteger(seconds) || seconds < 1) throw new Error(`${field}: must be a whole number >= 1${field === 'workers' ? '' : ' of seconds'}, got ${seconds}`);
+    }
 
     if (props.createNamespace ?? true) {
       new ApiObject(this, 'Namespace', {
@@ -222,6 +243,9 @@ export class RuntimeClassManager extends Construct {
       `--default-restart-mode=${(props.defaultRestart ?? ContainerdRestart.systemd()).mode}`,
       ...(props.defaultRestart?.restartCommand ? [`--default-restart-command=${props.defaultRestart.restartCommand}`] : []),
       `--job-ttl-seconds=${jobTtl.toSeconds()}`,
+      `--lease-duration-seconds=${leaseDuration.toSeconds()}`,
+      `--workers=${workers}`,
+      `--resync-seconds=${resyncPeriod.toSeconds()}`,
     ];
     this.deployment = new ApiObject(this, 'Deployment', {
       apiVersion: 'apps/v1',

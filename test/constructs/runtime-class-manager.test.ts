@@ -37,6 +37,9 @@ describe('RuntimeClassManager', () => {
       '--log-format=json',
       '--default-restart-mode=systemd',
       '--job-ttl-seconds=3600',
+      '--lease-duration-seconds=15',
+      '--workers=4',
+      '--resync-seconds=30',
     ]);
   });
 
@@ -89,6 +92,9 @@ describe('RuntimeClassManager', () => {
       jobTtl: Duration.minutes(5),
       resources: { cpuLimit: '1', memoryLimit: '1Gi' },
       createNamespace: false,
+      leaseDuration: Duration.seconds(20),
+      workers: 8,
+      resyncPeriod: Duration.minutes(2),
     });
     const container = deployment.spec.template.spec.containers[0];
     expect(byKind('Namespace')).toEqual([]);
@@ -105,6 +111,9 @@ describe('RuntimeClassManager', () => {
       '--default-restart-mode=command',
       '--default-restart-command=/bin/restart-containerd',
       '--job-ttl-seconds=300',
+      '--lease-duration-seconds=20',
+      '--workers=8',
+      '--resync-seconds=120',
     ]);
     expect(container.ports).toEqual([
       { name: 'metrics', containerPort: 9090, protocol: 'TCP' },
@@ -135,6 +144,8 @@ describe('RuntimeClassManager', () => {
       [{ metricsPort: 70000 }, /^metricsPort: must be a port number from 1 to 65535, got 70000/],
       [{ probePort: 0 }, /^probePort: must be a port number from 1 to 65535, got 0/],
       [{ metricsPort: 9000, probePort: 9000 }, /^probePort: must differ from metricsPort/],
+      [{ workers: 0 }, /^workers: must be a whole number >= 1, got 0/],
+      [{ leaseDuration: Duration.millis(500) }, /^leaseDuration: must be a whole number >= 1 of seconds, got 0.5/],
     ])('%j', (props, message) => {
       expect(() => synth(props)).toThrow(message);
     });
