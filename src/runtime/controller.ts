@@ -3,7 +3,7 @@
 import { KubernetesObject, makeInformer } from '@kubernetes/client-node';
 import { ShimNodeLabels } from '../constructs/node-labels';
 import { Logger } from '../installer/log';
-import { ANNOTATION_NODE, ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
+import { ANNOTATION_NODE, ANNOTATION_OPERATION, ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
 import { isConflictOrExists, isNotFound, Kube } from './kube';
 import { Metrics } from './metrics';
 import { FINALIZER, jobName, plan } from './planner';
@@ -154,6 +154,19 @@ export class Controller {
     this.metrics.observeRollout(name, result.status);
   }
 
+  private async deleteJobs(shim: ShimObject, node: string, operation?: string): Promise<void> {
+    const jobs = this.jobsOf(shim).filter(j => j.metadata.annotations?.[ANNOTATION_NODE] === node
+      && (!operation || j.metadata.annotations?.[ANNOTATION_OPERATION] === operation));
+    for (const job of jobs) {
+      try {
+        await this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${job.metadata.name}`, { propagationPolicy: 'Background' });
+        this.deletedJobs.add(job.metadata.name);
+      } catch (e) {
+        if (!isNotFound(e)) throw e;
+      }
+    }
+  }
+
   private jobsOf(shim: ShimObject): any[] {
     return this.jobs.list().filter(j => j.metadata?.labels?.[LABEL_SHIM_UID] === shim.metadata.uid && !this.deletedJobs.has(j.metadata.name));
   }
@@ -191,7 +204,12 @@ export class Controller {
             ...(action.revision ? { annotations: { [ShimNodeLabels.revisionKey(name)]: action.revision } } : {}),
           },
         });
-        if (action.state === ShimNodeLabels.PROVISIONED) this.metrics.installs.inc({ outcome: 'success' });
+        if (action.state === ShimNodeLabels.PROVISIONED) {
+          this.metrics.installs.inc({ outcome: 'success' });
+          // The label now records the success: the Job and its pod would only weigh on the
+          // caches (thousands of them in a large rollout). Failed Jobs stay for inspection.
+          await this.deleteJobs(shim, action.node, 'install');
+        }
         if (action.state === ShimNodeLabels.FAILED) this.metrics.installs.inc({ outcome: 'failure' });
         return;
       case 'clearNode':
@@ -204,14 +222,7 @@ export class Controller {
         }
         // The node's finished Jobs describe a past that the uninstall ended: should the node
         // be selected again, a fresh install must run under the same (deterministic) name.
-        for (const job of this.jobsOf(shim).filter(j => j.metadata.annotations?.[ANNOTATION_NODE] === action.node)) {
-          try {
-            await this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${job.metadata.name}`, { propagationPolicy: 'Background' });
-            this.deletedJobs.add(job.metadata.name);
-          } catch (e) {
-            if (!isNotFound(e)) throw e;
-          }
-        }
+        await this.deleteJobs(shim, action.node);
         return;
       case 'applyRuntimeClass':
         await this.applyRuntimeClass(shim);

@@ -174,15 +174,29 @@ test('a drifted RuntimeClass is put back in shape', async () => {
 });
 
 test('a spec change rolls out a new revision over the provisioned nodes', async () => {
+  // GIVEN installs that wait
+  verdict = () => 'hold';
   const before = (await getShim()).status.revision;
+  // WHEN the artifact changes
   await admin.patch(`${shimsPath}/spin`, { spec: { fetchStrategy: { anonHttp: { location: 'https://example.com/spin-v2.tgz', sha256: 'b'.repeat(64) } } } });
+  // THEN a new revision rolls out under the same strategy, the nodes staying provisioned meanwhile
+  const running = await eventually(async () => {
+    const jobs = (await jobsOf('install')).filter((j: any) => j.metadata.annotations['runtime.spinkube.dev/revision'] !== before);
+    return jobs.length === 2 ? jobs : undefined;
+  }, 30_000, diagnostics);
+  expect(running[0].spec.template.spec.containers[0].env).toEqual(expect.arrayContaining([
+    { name: 'RCM_LOCATION', value: 'https://example.com/spin-v2.tgz' }, { name: 'RCM_SHA256', value: 'b'.repeat(64) },
+  ]));
+  for (const n of ['n1', 'n2', 'n3']) expect(await nodeState(n)).toBe('provisioned');
+  verdict = () => 'succeed';
   const shim = await eventually(async () => {
     const s = await getShim();
     return s.status.revision !== before && s.status.nodesReady === 3 && condition(s, 'Ready').status === 'True' ? s : undefined;
   }, 60_000, diagnostics);
-  const v2Jobs = (await jobsOf('install')).filter((j: any) => j.metadata.annotations['runtime.spinkube.dev/revision'] === shim.status.revision);
-  expect(v2Jobs).toHaveLength(3);
-  expect(v2Jobs[0].spec.template.spec.containers[0].env).toContainEqual({ name: 'RCM_LOCATION', value: 'https://example.com/spin-v2.tgz' });
+  const node = await admin.get('/api/v1/nodes/n3');
+  expect(node.metadata.annotations[ShimNodeLabels.revisionKey('spin')]).toBe(shim.status.revision);
+  // Successful Jobs are cleaned up once the node label records them.
+  await eventually(async () => (await jobsOf('install')).length === 0, 30_000, diagnostics);
 });
 
 test('a failed install stops the rollout and reports Degraded with the node and the reason', async () => {
