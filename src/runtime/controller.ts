@@ -1,14 +1,14 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out.
 import { KubernetesObject, makeInformer } from '@kubernetes/client-node';
-import { ShimNodeLabels } from '../constructs/node-labels';
-import { Logger } from '../installer/log';
 import { ANNOTATION_NODE, ANNOTATION_OPERATION, ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
 import { isConflictOrExists, isNotFound, Kube } from './kube';
 import { Metrics } from './metrics';
 import { FINALIZER, jobName, plan } from './planner';
 import { WorkQueue } from './queue';
 import { Action, NodeView, ShimObject } from './types';
+import { ShimNodeLabels } from '../constructs/node-labels';
+import { Logger } from '../installer/log';
 
 export const FIELD_MANAGER = 'rcm-controller';
 const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
@@ -188,7 +188,8 @@ export class Controller {
         return;
       }
       case 'createJob': {
-        const job = installerJob(this.settings, shim, jobName(name, action.node, action.operation, action.revision), action.node, action.operation, action.revision, action.artifact);
+        const jobId = jobName(name, action.node, action.operation, action.revision);
+        const job = installerJob(this.settings, shim, jobId, action.node, action.operation, action.revision, action.artifact);
         try {
           await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, job);
           this.log.info('installer job created', { shim: name, node: action.node, operation: action.operation, job: job.metadata.name });
@@ -299,8 +300,12 @@ export class Controller {
         kind: 'Event',
         metadata: { generateName: `${shim.metadata.name}.`, namespace: EVENTS_NAMESPACE },
         involvedObject: { apiVersion: 'runtime.spinkube.dev/v1alpha1', kind: 'Shim', name: shim.metadata.name, uid: shim.metadata.uid },
-        type, reason, message: message.slice(0, 1024),
-        firstTimestamp: now, lastTimestamp: now, count: 1,
+        type,
+        reason,
+        message: message.slice(0, 1024),
+        firstTimestamp: now,
+        lastTimestamp: now,
+        count: 1,
         source: { component: 'rcm-controller' },
         reportingComponent: 'rcm-controller',
       });

@@ -1,6 +1,6 @@
 // The installer Job for one node and operation, and the way back from a Job to a JobView.
-import { JobView, Operation, ShimObject } from './types';
 import { runtimeOptionsOf } from './planner';
+import { JobView, Operation, ShimObject } from './types';
 
 export const MANAGED_BY = 'rcm-controller';
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
@@ -38,7 +38,9 @@ export function installerJob(settings: JobSettings, shim: ShimObject, name: stri
   if (options.length > 0) env.push({ name: 'RCM_RUNTIME_OPTION', value: options.join('\n') });
 
   const labels = { [LABEL_MANAGED_BY]: MANAGED_BY, [LABEL_SHIM_UID]: shim.metadata.uid };
-  const annotations = { [ANNOTATION_SHIM]: shim.metadata.name, [ANNOTATION_NODE]: node, [ANNOTATION_OPERATION]: operation, [ANNOTATION_REVISION]: revision };
+  const annotations = {
+    [ANNOTATION_SHIM]: shim.metadata.name, [ANNOTATION_NODE]: node, [ANNOTATION_OPERATION]: operation, [ANNOTATION_REVISION]: revision,
+  };
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',

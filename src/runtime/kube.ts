@@ -41,7 +41,9 @@ export class Kube {
     };
     await this.config.applyToHTTPSOptions(options);
     const tls = options as https.RequestOptions & { ca?: any; cert?: any; key?: any };
-    this.agent ??= new https.Agent({ keepAlive: true, maxSockets: 32, ca: tls.ca, cert: tls.cert, key: tls.key, rejectUnauthorized: tls.rejectUnauthorized });
+    this.agent ??= new https.Agent({
+      keepAlive: true, maxSockets: 32, ca: tls.ca, cert: tls.cert, key: tls.key, rejectUnauthorized: tls.rejectUnauthorized,
+    });
     delete tls.ca;
     delete tls.cert;
     delete tls.key;

@@ -1,7 +1,7 @@
 // Leader election on a coordination.k8s.io/v1 Lease, guarded by resourceVersion: one
 // replica acts, the others wait; a leader that cannot renew in time steps down.
-import { Logger } from '../installer/log';
 import { ApiError, isNotFound, Kube } from './kube';
+import { Logger } from '../installer/log';
 
 export interface LeaseSettings {
   readonly namespace: string;
@@ -73,7 +73,9 @@ export class LeaderElector {
           apiVersion: 'coordination.k8s.io/v1',
           kind: 'Lease',
           metadata: { name: this.s.name, namespace: this.s.namespace },
-          spec: { holderIdentity: this.s.identity, leaseDurationSeconds: this.s.durationSeconds, acquireTime: micro, renewTime: micro, leaseTransitions: 0 },
+          spec: {
+            holderIdentity: this.s.identity, leaseDurationSeconds: this.s.durationSeconds, acquireTime: micro, renewTime: micro, leaseTransitions: 0,
+          },
         });
         this.lastRenew = Date.now();
         return true;

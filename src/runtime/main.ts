@@ -1,11 +1,11 @@
 import * as http from 'http';
 import * as os from 'os';
 import { KubeConfig } from '@kubernetes/client-node';
-import { Logger } from '../installer/log';
 import { Controller } from './controller';
 import { Kube } from './kube';
 import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
+import { Logger } from '../installer/log';
 
 interface Flag {
   readonly name: string;

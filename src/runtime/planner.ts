@@ -1,9 +1,9 @@
 // The pure planner: observed state in, actions and status out. No I/O, no clocks except
 // the `now` it is given, so every decision is a table test away.
 import * as crypto from 'crypto';
+import { Action, Condition, FailedNode, JobView, NodeView, Operation, Plan, ShimObject, ShimStatus } from './types';
 import { ShimNodeLabels } from '../constructs/node-labels';
 import { isDnsLabel } from '../constructs/validation';
-import { Action, Condition, FailedNode, JobView, NodeView, Operation, Plan, ShimObject, ShimStatus } from './types';
 
 export const FINALIZER = 'runtime.spinkube.dev/finalizer';
 export const MAX_FAILED_NODES = 20;
@@ -169,7 +169,12 @@ export function plan(input: PlanInput): Plan {
       actions.push({ kind: 'deleteRuntimeClass' }, { kind: 'removeFinalizer' });
     }
     const status = buildStatus(shim, previous, now, {
-      revision, nodes: 0, ready: 0, failed: [], inFlight: remaining, stopped: false,
+      revision,
+      nodes: 0,
+      ready: 0,
+      failed: [],
+      inFlight: remaining,
+      stopped: false,
       progressing: { reason: 'Deleting', message: `uninstalling from ${remaining} node(s)` },
     });
     return { actions, status };
@@ -278,7 +283,10 @@ function buildStatus(shim: ShimObject, previous: ShimStatus | undefined, now: st
     const before = previous?.conditions?.find(c => c.type === type);
     const value = status ? 'True' : 'False';
     return {
-      type, status: value, reason, message,
+      type,
+      status: value,
+      reason,
+      message,
       // The time of the last change of status, not of every reconcile.
       lastTransitionTime: before && before.status === value && before.lastTransitionTime ? before.lastTransitionTime : now,
       observedGeneration: generation,

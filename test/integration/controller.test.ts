@@ -42,7 +42,11 @@ async function playKubelet(): Promise<void> {
       status: {
         phase: v === 'succeed' ? 'Succeeded' : 'Failed',
         containerStatuses: [{
-          name: container.name, image: container.image, imageID: '', ready: false, restartCount: 0,
+          name: container.name,
+          image: container.image,
+          imageID: '',
+          ready: false,
+          restartCount: 0,
           state: { terminated: { exitCode: result.exitCode, reason: v === 'succeed' ? 'Completed' : 'Error', message: JSON.stringify(result), startedAt: now, finishedAt: now } },
         }],
       },
@@ -55,8 +59,7 @@ async function startController(name: string): Promise<void> {
   const child = spawn(process.execPath, [CONTROLLER,
     `--kubeconfig=${saKubeconfig}`, `--namespace=${NS}`, '--installer-image=docker.io/library/rcm-node-installer:test',
     '--leader-elect=true', '--lease-duration-seconds=4', `--identity=${name}`, '--resync-seconds=5', '--log-format=text',
-    `--metrics-bind-address=127.0.0.1:${await freePort()}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`,
-  ], { stdio: ['ignore', fs.openSync(log, 'a'), fs.openSync(log, 'a')] });
+    `--metrics-bind-address=127.0.0.1:${await freePort()}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`], { stdio: ['ignore', fs.openSync(log, 'a'), fs.openSync(log, 'a')] });
   controllers.push({ name, child, log });
 }
 

@@ -9,8 +9,10 @@ export class Rest {
     const url = new URL(path, this.server);
     return new Promise((resolve, reject) => {
       const req = https.request(url, {
-        method, ca: fs.readFileSync(this.caFile), agent: false,
-        headers: { 'Authorization': `Bearer ${this.token}`, 'Accept': 'application/json', ...(body ? { 'Content-Type': contentType } : {}) },
+        method,
+        ca: fs.readFileSync(this.caFile),
+        agent: false,
+        headers: { Authorization: `Bearer ${this.token}`, Accept: 'application/json', ...(body ? { 'Content-Type': contentType } : {}) },
       }, res => {
         const chunks: Buffer[] = [];
         res.on('data', c => chunks.push(c));
@@ -36,7 +38,8 @@ export class Rest {
 }
 
 /** Polls until `check` returns a truthy value; fails with `describe()` after the timeout. */
-export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs: number, describe: () => Promise<string> | string): Promise<T> {
+export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs: number,
+  describe: () => Promise<string> | string): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (;;) {
