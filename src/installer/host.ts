@@ -12,8 +12,6 @@ export interface DistroLayout {
   readonly effectiveConfig: string;
   /** The file is a Go template (k3s, rke2). */
   readonly template: boolean;
-  /** Handlers go into a drop-in file of their own (k0s imports its folder). */
-  readonly dropIn: boolean;
   readonly socket: string;
   readonly unit?: string;
 }
@@ -47,40 +45,24 @@ export function layoutFor(options: InstallerOptions, distro: Distro, containerdM
         config: options.config ?? `${dir}/${v3 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'}`,
         effectiveConfig: `${dir}/config.toml`,
         template: true,
-        dropIn: false,
         socket: options.socket ?? `/run/${distro}/containerd/containerd.sock`,
         unit: distro === 'k3s' ? (agent ? 'k3s-agent' : 'k3s') : (agent ? 'rke2-agent' : 'rke2-server'),
       };
     }
     case 'k0s':
-      return {
-        distro,
-        config: options.config ?? `/etc/k0s/containerd.d/rcm-${options.handler}.toml`,
-        effectiveConfig: options.config ?? `/etc/k0s/containerd.d/rcm-${options.handler}.toml`,
-        template: false,
-        dropIn: true,
-        socket: options.socket ?? '/run/k0s/containerd.sock',
-      };
+      // k0s imports every file of its containerd.d folder: one drop-in file per handler,
+      // which uninstall removes, and k0s reloads by itself.
+      return plainLayout(distro, `/etc/k0s/containerd.d/rcm-${options.handler}.toml`, '/run/k0s/containerd.sock');
     case 'microk8s':
-      return {
-        distro,
-        config: options.config ?? '/var/snap/microk8s/current/args/containerd-template.toml',
-        effectiveConfig: options.config ?? '/var/snap/microk8s/current/args/containerd-template.toml',
-        template: false,
-        dropIn: false,
-        socket: options.socket ?? '/var/snap/microk8s/common/run/containerd.sock',
-        unit: 'snap.microk8s.daemon-containerd',
-      };
+      return plainLayout(distro, '/var/snap/microk8s/current/args/containerd-template.toml',
+        '/var/snap/microk8s/common/run/containerd.sock', 'snap.microk8s.daemon-containerd');
     default:
-      return {
-        distro,
-        config: options.config ?? '/etc/containerd/config.toml',
-        effectiveConfig: options.config ?? '/etc/containerd/config.toml',
-        template: false,
-        dropIn: false,
-        socket: options.socket ?? '/run/containerd/containerd.sock',
-        unit: 'containerd',
-      };
+      return plainLayout(distro, '/etc/containerd/config.toml', '/run/containerd/containerd.sock', 'containerd');
+  }
+
+  function plainLayout(d: Distro, config: string, socket: string, unit?: string): DistroLayout {
+    const file = options.config ?? config;
+    return { distro: d, config: file, effectiveConfig: file, template: false, socket: options.socket ?? socket, unit };
   }
 }
 

@@ -327,8 +327,9 @@ export class Installer {
   }
 
   private async restartOrRollBack(layout: DistroLayout, binary: string | undefined, undo: () => void): Promise<void> {
-    if (this.o.restart === 'none') {
-      this.log.info('restart mode none: containerd picks the change up when it restarts');
+    if (this.o.restart === 'none' || (this.o.restart === 'systemd' && !layout.unit)) {
+      // k0s has no unit to restart: it reloads its drop-in folder by itself.
+      this.log.info('no restart: containerd picks the change up by itself or at its next restart', { distro: layout.distro });
       return;
     }
     const problem = await this.timer.time('restart', () => this.restartAndCheck(layout, binary));

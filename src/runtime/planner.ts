@@ -144,27 +144,29 @@ export function plan(input: PlanInput): Plan {
   const revisionOn = (n: NodeView) => (revisionKey ? n.annotations[revisionKey] : undefined);
   const labelled = nodes.filter(n => stateOf(n) !== undefined);
 
+  /** One node's uninstall, step by step; true once it is done and the node cleared. */
+  const uninstall = (node: NodeView, why: string): boolean => {
+    const job = findJob(node.name, 'uninstall');
+    if (job?.phase === 'succeeded') {
+      actions.push({ kind: 'clearNode', node: node.name });
+      actions.push({ kind: 'event', type: 'Normal', reason: 'Uninstalled', message: `removed from node ${node.name}${why}` });
+      return true;
+    }
+    if (job?.phase === 'failed') {
+      if (stateOf(node) !== ShimNodeLabels.FAILED) {
+        actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.FAILED });
+        actions.push({ kind: 'event', type: 'Warning', reason: 'UninstallFailed', message: `node ${node.name}: ${describeFailure(job).message}` });
+      }
+    } else if (!job) {
+      if (stateOf(node) !== ShimNodeLabels.UNINSTALLING) actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.UNINSTALLING });
+      actions.push({ kind: 'createJob', node: node.name, operation: 'uninstall', revision });
+    }
+    return false;
+  };
+
   // Deletion: uninstall wherever the shim left a label, then let go.
   if (shim.metadata.deletionTimestamp) {
-    let remaining = 0;
-    for (const node of labelled) {
-      const job = findJob(node.name, 'uninstall');
-      if (job?.phase === 'succeeded') {
-        actions.push({ kind: 'clearNode', node: node.name });
-        actions.push({ kind: 'event', type: 'Normal', reason: 'Uninstalled', message: `removed from node ${node.name}` });
-        continue;
-      }
-      remaining++;
-      if (job?.phase === 'failed') {
-        if (stateOf(node) !== ShimNodeLabels.FAILED) {
-          actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.FAILED });
-          actions.push({ kind: 'event', type: 'Warning', reason: 'UninstallFailed', message: `node ${node.name}: ${describeFailure(job).message}` });
-        }
-      } else if (!job) {
-        if (stateOf(node) !== ShimNodeLabels.UNINSTALLING) actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.UNINSTALLING });
-        actions.push({ kind: 'createJob', node: node.name, operation: 'uninstall', revision });
-      }
-    }
+    const remaining = labelled.filter(node => !uninstall(node, '')).length;
     if (remaining === 0 && (shim.metadata.finalizers ?? []).includes(FINALIZER)) {
       actions.push({ kind: 'deleteRuntimeClass' }, { kind: 'removeFinalizer' });
     }
@@ -243,21 +245,7 @@ export function plan(input: PlanInput): Plan {
 
   // Nodes that no longer match: uninstall, then forget.
   const selectedNames = new Set(selected.map(n => n.name));
-  for (const node of labelled.filter(n => !selectedNames.has(n.name))) {
-    const job = findJob(node.name, 'uninstall');
-    if (job?.phase === 'succeeded') {
-      actions.push({ kind: 'clearNode', node: node.name });
-      actions.push({ kind: 'event', type: 'Normal', reason: 'Uninstalled', message: `removed from node ${node.name} (no longer selected)` });
-    } else if (job?.phase === 'failed') {
-      if (stateOf(node) !== ShimNodeLabels.FAILED) {
-        actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.FAILED });
-        actions.push({ kind: 'event', type: 'Warning', reason: 'UninstallFailed', message: `node ${node.name}: ${describeFailure(job).message}` });
-      }
-    } else if (!job) {
-      if (stateOf(node) !== ShimNodeLabels.UNINSTALLING) actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.UNINSTALLING });
-      actions.push({ kind: 'createJob', node: node.name, operation: 'uninstall', revision });
-    }
-  }
+  for (const node of labelled.filter(n => !selectedNames.has(n.name))) uninstall(node, ' (no longer selected)');
 
   const status = buildStatus(shim, previous, now, {
     revision, nodes: selected.length, ready, failed, inFlight, stopped,
