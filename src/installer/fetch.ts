@@ -1,9 +1,8 @@
 import * as crypto from 'crypto';
 import * as fs from 'fs';
-import * as http from 'http';
-import * as https from 'https';
 import { fetchFailed } from './errors';
 import { Logger } from './log';
+import { get } from './proxy';
 
 export interface DownloadOptions {
   readonly timeoutMs: number;
@@ -47,9 +46,7 @@ export async function download(url: string, file: string, options: DownloadOptio
 
 function downloadOnce(url: string, file: string, options: DownloadOptions, redirects: number): Promise<{ sha256: string; bytes: number }> {
   return new Promise((resolve, reject) => {
-    const parsed = new URL(url);
-    const client = parsed.protocol === 'https:' ? https : http;
-    const request = client.get(parsed, { timeout: options.timeoutMs, agent: false }, response => {
+    const request = get(new URL(url), options.timeoutMs, response => {
       const status = response.statusCode ?? 0;
       if (status >= 300 && status < 400 && response.headers.location) {
         response.resume();

@@ -240,6 +240,34 @@ describe('install, run, uninstall on a real containerd', () => {
     await runInstaller('uninstall', [...hostArgs(), '--restart=none']);
   });
 
+  test('downloads go through HTTP_PROXY, except for NO_PROXY hosts', async () => {
+    // GIVEN a forwarding proxy on 127.0.0.1 that counts what it forwards
+    let forwarded = 0;
+    const proxy = http.createServer((req, res) => {
+      forwarded++;
+      http.get(req.url!, upstream => {
+        res.writeHead(upstream.statusCode ?? 502, upstream.headers);
+        upstream.pipe(res);
+      }).on('error', () => res.writeHead(502).end());
+    });
+    await new Promise<void>(r => proxy.listen(0, '127.0.0.1', r));
+    const proxyUrl = `http://127.0.0.1:${(proxy.address() as any).port}`;
+    try {
+      // WHEN the installer runs with HTTP_PROXY THEN the artifact comes through the proxy
+      const via = await runInstaller('install', [...hostArgs(), `--location=${base}/good.tgz`, '--restart=none'], { HTTP_PROXY: proxyUrl });
+      expect(via.code).toBe(0);
+      expect(forwarded).toBe(1);
+      await runInstaller('uninstall', [...hostArgs(), '--restart=none']);
+      // AND with the host in NO_PROXY it goes direct
+      const direct = await runInstaller('install', [...hostArgs(), `--location=${base}/good.tgz`, '--restart=none'], { HTTP_PROXY: proxyUrl, NO_PROXY: 'localhost,127.0.0.1' });
+      expect(direct.code).toBe(0);
+      expect(forwarded).toBe(1);
+      await runInstaller('uninstall', [...hostArgs(), '--restart=none']);
+    } finally {
+      proxy.close();
+    }
+  });
+
   test('inputs come from RCM_* environment variables too', async () => {
     const r = await runInstaller('status', [], { RCM_HANDLER: 'rcmtest', RCM_HOST_ROOT: '/', RCM_INSTALL_ROOT: path.join(daemon.dir, 'opt', 'rcm'), RCM_CONFIG: daemon.config, RCM_DISTRO: 'containerd' });
     expect(r.code).toBe(0);

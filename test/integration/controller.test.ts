@@ -4,7 +4,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
-import { RuntimeClassManager, ShimNodeLabels } from '../../src';
+import { RuntimeClassManager, ShimConstruct, ShimNodeLabels } from '../../src';
 import { ControlPlane, freePort, startControlPlane } from '../support/control-plane';
 import { eventually, Rest } from '../support/rest';
 
@@ -132,7 +132,12 @@ const SPEC = {
 };
 
 test('a rolling install, batch by batch, ends Ready with labelled nodes and a RuntimeClass', async () => {
-  // GIVEN installer pods that do not finish yet
+  // GIVEN the RuntimeClass already applied by GitOps, as ShimConstruct synthesizes it
+  const chart = Testing.chart();
+  new ShimConstruct(chart, 'spin', { handler: 'spin', runtimeClassName: 'wasmtime-spin', location: 'https://example.com/spin-v1.tgz' });
+  const synthesizedRc = Testing.synth(chart).find(o => o.kind === 'RuntimeClass');
+  cp.kubectl(['apply', '--server-side', '--field-manager=argocd', '-f', '-'], { input: Yaml.stringify(synthesizedRc) });
+  // AND installer pods that do not finish yet
   verdict = () => 'hold';
   // WHEN a Shim is created
   await admin.request('POST', shimsPath, { apiVersion: 'runtime.spinkube.dev/v1alpha1', kind: 'Shim', metadata: { name: 'spin' }, spec: SPEC });
@@ -163,7 +168,9 @@ test('a rolling install, batch by batch, ends Ready with labelled nodes and a Ru
   expect(rc.handler).toBe('spin');
   expect(rc.scheduling.nodeSelector).toEqual({ [KEY]: 'provisioned' });
   expect(rc.metadata.ownerReferences[0]).toMatchObject({ kind: 'Shim', name: 'spin', uid: shim.metadata.uid });
-  expect(rc.metadata.managedFields.map((f: any) => f.manager)).toContain('rcm-controller');
+  // adopted, not fought over: both managers keep their fields, the GitOps labels stay
+  expect(rc.metadata.managedFields.map((f: any) => f.manager).sort()).toEqual(['argocd', 'rcm-controller']);
+  expect(rc.metadata.labels).toEqual(synthesizedRc.metadata.labels);
   const events = (await admin.get('/api/v1/namespaces/default/events')).items.filter((e: any) => e.involvedObject.name === 'spin');
   expect(events.filter((e: any) => e.reason === 'Installed')).toHaveLength(3);
 });
