@@ -32,7 +32,8 @@ export function get(url: URL, timeoutMs: number, onResponse: (res: http.Incoming
   if (!proxy) {
     return (url.protocol === 'https:' ? https : http).get(url, { timeout: timeoutMs, agent: false }, onResponse);
   }
-  const auth = proxy.username ? { 'Proxy-Authorization': `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}` } : {};
+  const credentials = `${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`;
+  const auth = proxy.username ? { 'Proxy-Authorization': `Basic ${Buffer.from(credentials).toString('base64')}` } : {};
   if (url.protocol === 'http:') {
     return http.get({ host: proxy.hostname, port: proxy.port || 80, path: url.toString(), headers: { Host: url.host, ...auth }, timeout: timeoutMs, agent: false }, onResponse);
   }
