@@ -35,7 +35,8 @@ export function get(url: URL, timeoutMs: number, onResponse: (res: http.Incoming
   const credentials = `${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`;
   const auth = proxy.username ? { 'Proxy-Authorization': `Basic ${Buffer.from(credentials).toString('base64')}` } : {};
   if (url.protocol === 'http:') {
-    return http.get({ host: proxy.hostname, port: proxy.port || 80, path: url.toString(), headers: { Host: url.host, ...auth }, timeout: timeoutMs, agent: false }, onResponse);
+    const absoluteForm = { host: proxy.hostname, port: proxy.port || 80, path: url.toString(), headers: { Host: url.host, ...auth } };
+    return http.get({ ...absoluteForm, timeout: timeoutMs, agent: false }, onResponse);
   }
   // https: a CONNECT tunnel, then TLS to the origin over it.
   const agent = new https.Agent({ keepAlive: false });
