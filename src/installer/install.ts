@@ -1,4 +1,3 @@
-import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
@@ -375,9 +374,4 @@ export class Installer {
     }
     return undefined;
   }
-}
-
-/** A stable identity of what an install puts on the node (exposed for the controller). */
-export function installIdentity(sha256: string, handler: string, options: Record<string, string>): string {
-  return crypto.createHash('sha256').update(JSON.stringify([sha256, handler, Object.entries(options).sort()])).digest('hex').slice(0, 16);
 }

@@ -38,7 +38,7 @@ export function revisionOf(spec: any): string {
   const anon = spec.fetchStrategy?.anonHttp ?? {};
   const platforms = [...(anon.platforms ?? [])].map((p: any) => [p.os, p.arch, p.location, p.sha256 ?? ''])
     .sort((a, b) => (a.join('/') < b.join('/') ? -1 : 1));
-  return hash(anon.location ?? '', anon.sha256 ?? '', platforms, spec.runtimeClass?.handler, options, spec.restart ?? null).slice(0, 10);
+  return hash(anon.location ?? '', anon.sha256 ?? '', platforms, spec.runtimeClass?.handler, options).slice(0, 10);
 }
 
 export function selects(selector: Record<string, string> | undefined, labels: Record<string, string>): boolean {

@@ -147,8 +147,9 @@ describe('revisions', () => {
     expect(revisionOf(shim(spec).spec)).not.toBe(revisionOf(shim().spec));
   });
 
-  test('a change of nodeSelector or rollout is not', () => {
-    expect(revisionOf(shim({ nodeSelector: { a: 'b' }, rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 2 } } }).spec)).toBe(revisionOf(shim().spec));
+  test('a change of nodeSelector, rollout or restart mode is not', () => {
+    const other = shim({ nodeSelector: { a: 'b' }, rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 2 } }, restart: { mode: 'none' } });
+    expect(revisionOf(other.spec)).toBe(revisionOf(shim().spec));
   });
 });
 
