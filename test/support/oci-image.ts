@@ -12,12 +12,16 @@ export interface LayerFile {
 }
 
 export interface ImageSpec {
+  /** Empty folders to create (mode 1777, like /tmp). */
+  readonly directories?: string[];
   /** Fully qualified name, e.g. docker.io/library/rcm-busybox:test (the CRI normalises short names). */
   readonly name: string;
   readonly files: LayerFile[];
   readonly entrypoint: string[];
   readonly cmd?: string[];
   readonly env?: string[];
+  /** The image's user, e.g. 65532:65532. */
+  readonly user?: string;
 }
 
 function sha256(data: Buffer): string {
@@ -32,6 +36,10 @@ export async function buildOciImage(spec: ImageSpec, outFile: string): Promise<v
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-image-'));
   try {
     const rootfs = path.join(work, 'rootfs');
+    for (const d of spec.directories ?? []) {
+      fs.mkdirSync(path.join(rootfs, d), { recursive: true });
+      fs.chmodSync(path.join(rootfs, d), 0o1777);
+    }
     for (const f of spec.files) {
       const dest = path.join(rootfs, f.target);
       fs.mkdirSync(path.dirname(dest), { recursive: true });
@@ -47,7 +55,7 @@ export async function buildOciImage(spec: ImageSpec, outFile: string): Promise<v
     const config = Buffer.from(JSON.stringify({
       architecture: 'amd64',
       os: 'linux',
-      config: { Entrypoint: spec.entrypoint, Cmd: spec.cmd ?? [], Env: spec.env ?? ['PATH=/bin:/usr/bin'] },
+      config: { Entrypoint: spec.entrypoint, Cmd: spec.cmd ?? [], Env: spec.env ?? ['PATH=/bin:/usr/bin'], ...(spec.user ? { User: spec.user } : {}) },
       rootfs: { type: 'layers', diff_ids: [`sha256:${layerDigest}`] },
     }));
     const manifest = Buffer.from(JSON.stringify({

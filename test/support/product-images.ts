@@ -1,0 +1,53 @@
+import { execFileSync } from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+import { buildSync } from 'esbuild';
+import { buildOciImage, LayerFile } from './oci-image';
+import { NODE_24 } from './tools';
+
+// The controller and node-installer images as OCI tarballs, without a Docker engine: the
+// official Node.js 24 binary and the shared libraries it needs, nsenter for the installer,
+// and the esbuild bundles, with the Dockerfiles' entrypoints.
+
+export const CONTROLLER_IMAGE = 'docker.io/library/rcm-controller:test';
+export const INSTALLER_IMAGE = 'docker.io/library/rcm-node-installer:test';
+
+/** A binary and the shared libraries `ldd` lists for it, at their own paths. */
+function withLibraries(binary: string, target: string): LayerFile[] {
+  const libs = execFileSync('ldd', [binary], { encoding: 'utf8' }).split('\n')
+    .map(line => /(\/\S+) \(0x/.exec(line)?.[1])
+    .filter((lib): lib is string => lib !== undefined);
+  return [{ source: binary, target }, ...libs.map(lib => ({ source: fs.realpathSync(lib), target: lib, mode: 0o755 }))];
+}
+
+function bundle(entry: string, outfile: string): void {
+  buildSync({ entryPoints: [entry], bundle: true, platform: 'node', target: 'node20', outfile, logLevel: 'error' });
+}
+
+/** Builds both images into `dir`; returns the tarball paths. */
+export async function buildProductImages(dir: string): Promise<{ controller: string; installer: string }> {
+  if (!fs.existsSync(NODE_24)) throw new Error(`${NODE_24} is missing: run scripts/provision.sh`);
+  const root = path.join(__dirname, '..', '..');
+  bundle(path.join(root, 'src', 'runtime', 'main.ts'), path.join(dir, 'rcm-controller.js'));
+  bundle(path.join(root, 'src', 'installer', 'main.ts'), path.join(dir, 'rcm-node-installer.js'));
+  const node = withLibraries(NODE_24, '/usr/local/bin/node');
+  const controller = path.join(dir, 'rcm-controller.tar');
+  const installer = path.join(dir, 'rcm-node-installer.tar');
+  await buildOciImage({
+    name: CONTROLLER_IMAGE,
+    files: [...node, { source: path.join(dir, 'rcm-controller.js'), target: '/usr/local/lib/rcm/rcm-controller.js', mode: 0o644 }],
+    directories: ['/tmp'],
+    entrypoint: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-controller.js'],
+    cmd: ['--help'],
+    user: '65532:65532',
+  }, controller);
+  await buildOciImage({
+    name: INSTALLER_IMAGE,
+    files: [...node, ...withLibraries('/usr/bin/nsenter', '/usr/bin/nsenter'),
+      { source: path.join(dir, 'rcm-node-installer.js'), target: '/usr/local/lib/rcm/rcm-node-installer.js', mode: 0o644 }],
+    directories: ['/tmp'],
+    entrypoint: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-installer.js'],
+    cmd: ['--help'],
+  }, installer);
+  return { controller, installer };
+}
