@@ -234,6 +234,22 @@ describe('install, run, uninstall on a real containerd', () => {
     expect(execFileSync('containerd', ['--config', daemon.config, 'config', 'dump'], { encoding: 'utf8' })).not.toContain('/opt/rcm/');
   });
 
+  test('a missing config file is created for the handler and removed again on uninstall', async () => {
+    // GIVEN no config file at all
+    const missing = path.join(daemon.dir, 'etc', 'containerd', 'absent.toml');
+    const args = [...hostArgs(), `--config=${missing}`, '--restart=none'];
+    // WHEN installing THEN the file declares its version and the handler, and containerd reads it
+    const r = await runInstaller('install', [...args, `--location=${base}/good.tgz`]);
+    expect(r.code).toBe(0);
+    expect(r.result.changed).toContain(`created ${missing}: handler rcmtest`);
+    const dump = execFileSync('containerd', ['--config', missing, 'config', 'dump'], { encoding: 'utf8' });
+    expect(dump).toContain(`runtime_type = "${r.result.paths.binary}"`);
+    expect(dump).toMatch(/\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\.runtimes\.runc\]/); // the defaults were kept
+    // WHEN uninstalling THEN the file is gone again
+    expect((await runInstaller('uninstall', args)).code).toBe(0);
+    expect(fs.existsSync(missing)).toBe(false);
+  });
+
   test('a bare binary artifact is accepted', async () => {
     const r = await runInstaller('install', [...hostArgs(), `--location=${base}/containerd-shim-rcmtest-v2`, '--restart=none']);
     expect(r.code).toBe(0);
