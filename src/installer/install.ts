@@ -62,8 +62,13 @@ class Timer {
   }
 }
 
+/** The state file, as a host path. */
+function stateFile(o: InstallerOptions): string {
+  return path.join(o.installRoot, 'state', `${o.handler}.json`);
+}
+
 function statePath(o: InstallerOptions): string {
-  return onHost(o, path.join(o.installRoot, 'state', `${o.handler}.json`));
+  return onHost(o, stateFile(o));
 }
 
 function readState(o: InstallerOptions): InstallState | undefined {
@@ -101,7 +106,7 @@ export class Installer {
       message: '',
       handler: this.o.handler,
       changed: this.changed,
-      paths: { config: layout.config, state: path.join(this.o.installRoot, 'state', `${this.o.handler}.json`) },
+      paths: { config: layout.config, state: stateFile(this.o) },
       containerdVersion: version?.text,
       distro,
       timings: {},
@@ -125,12 +130,17 @@ export class Installer {
 
     const configFile = onHost(o, layout.config);
     const configExists = fs.existsSync(configFile);
-    if (state && o.sha256 === state.sha256 && this.intact(state, layout)) {
-      return { ...base, outcome: 'unchanged', message: `handler ${o.handler} already installed from this artifact`, sha256: state.sha256, configVersion: state.configVersion, paths: { ...base.paths, binary: state.binary } };
-    }
+    const unchanged = (s: InstallState): InstallResult => ({
+      ...base,
+      outcome: 'unchanged',
+      message: `handler ${o.handler} already installed from this artifact`,
+      sha256: s.sha256,
+      configVersion: s.configVersion,
+      paths: { ...base.paths, binary: s.binary },
+    });
+    if (state && o.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
 
-    // Fetch and verify in a scratch folder: nothing on the host changes before this succeeds.
-    // Inside the installer's own file system: the host sees nothing until verification passed.
+    // Fetch and verify in the installer's own file system: the host sees nothing before that succeeded.
     const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-'));
     try {
       const artifact = path.join(scratch, 'artifact');
@@ -145,9 +155,7 @@ export class Installer {
       const shim = await this.timer.time('verify', () => unpackShim(artifact, scratch, o.shimName, url));
       this.log.info('artifact verified', { url, sha256: fetched.sha256, bytes: fetched.bytes, binary: shim.name });
 
-      if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) {
-        return { ...base, outcome: 'unchanged', message: `handler ${o.handler} already installed from this artifact`, sha256: state.sha256, configVersion: state.configVersion, paths: { ...base.paths, binary: state.binary } };
-      }
+      if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
 
       // The versioned path: a new version never overwrites a binary running pods use.
       const binary = path.join(o.installRoot, 'shims', o.handler, fetched.sha256.slice(0, 16), shim.name);
