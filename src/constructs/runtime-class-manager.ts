@@ -4,7 +4,7 @@ import { SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
 import { ContainerdRestart } from './rollout';
 import { ShimConstruct, ShimConstructProps } from './shim';
 import { ShimDefinition } from './shim-definition';
-import { isDnsLabel } from './validation';
+import { installerEnvNameProblem, isDnsLabel } from './validation';
 
 /** Pinned default images; bumped with each release of this library. */
 const DEFAULT_CONTROLLER_IMAGE = 'ghcr.io/runtime-class-manager-cdk8s/rcm-controller:0.1.0';
@@ -134,6 +134,14 @@ export interface RuntimeClassManagerProps {
    * @default Duration.seconds(30)
    */
   readonly resyncPeriod?: Duration;
+  /**
+   * Extra environment variables of every installer pod, for nodes that differ from the
+   * defaults: a proxy (`HTTPS_PROXY`, `NO_PROXY`), or the node installer's own settings such
+   * as `RCM_CONFIG`, `RCM_SOCKET`, `RCM_INSTALL_ROOT`, `RCM_DISTRO`. Variables the controller
+   * derives from each Shim (`RCM_HANDLER`, `RCM_LOCATION`, `RCM_RESTART`, ...) are refused.
+   * @default - none
+   */
+  readonly installerEnv?: { [name: string]: string };
 }
 
 const NAME = 'rcm-controller';
@@ -170,6 +178,12 @@ export class RuntimeClassManager extends Construct {
     const workers = props.workers ?? 4;
     const resyncPeriod = props.resyncPeriod ?? Duration.seconds(30);
     validateProps(this.namespace, replicas, leaderElection, metricsPort, probePort, jobTtl);
+    const installerEnv = Object.entries(props.installerEnv ?? {});
+    for (const [name, value] of installerEnv) {
+      const problem = installerEnvNameProblem(name);
+      if (problem) throw new Error(`installerEnv: ${problem}`);
+      if (value.includes('\n')) throw new Error(`installerEnv: the value of ${name} must be one line`);
+    }
     for (const [field, seconds] of [['leaseDuration', leaseDuration.toSeconds({ integral: false })], ['resyncPeriod', resyncPeriod.toSeconds({ integral: false })], ['workers', workers]] as const) {
       if (!Number.isInteger(seconds) || seconds < 1) throw new Error(`${field}: must be a whole number >= 1${field === 'workers' ? '' : ' of seconds'}, got ${seconds}`);
     }
@@ -246,6 +260,7 @@ export class RuntimeClassManager extends Construct {
       `--lease-duration-seconds=${leaseDuration.toSeconds()}`,
       `--workers=${workers}`,
       `--resync-seconds=${resyncPeriod.toSeconds()}`,
+      ...installerEnv.map(([name, value]) => `--installer-env=${name}=${value}`),
     ];
     this.deployment = new ApiObject(this, 'Deployment', {
       apiVersion: 'apps/v1',

@@ -51,3 +51,19 @@ export function artifactUrlProblem(location: string, allowInsecureHttp: boolean)
   }
   return `uses unsupported scheme "${url.protocol.replace(/:$/, '')}" (only https and http are supported)`;
 }
+
+/**
+ * Installer variables that the controller derives from each Shim (or from its own restart
+ * flags); a cluster-wide value for one of them would fight the Shim, so it is refused.
+ */
+export const RESERVED_INSTALLER_ENV = [
+  'RCM_HOST_ROOT', 'RCM_HANDLER', 'RCM_SHIM_NAME', 'RCM_LOCATION', 'RCM_PLATFORM_LOCATION', 'RCM_SHA256',
+  'RCM_RUNTIME_OPTION', 'RCM_RESTART', 'RCM_RESTART_COMMAND', 'RCM_RESULT_FILE', 'RCM_JSON_LOGS',
+];
+
+/** Why `name` cannot be an extra environment variable of installer pods, or undefined when it can. */
+export function installerEnvNameProblem(name: string): string | undefined {
+  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) return `"${name}" is not an environment variable name`;
+  if (RESERVED_INSTALLER_ENV.includes(name)) return `"${name}" is set per Shim by the controller and cannot be overridden`;
+  return undefined;
+}

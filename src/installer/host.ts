@@ -73,13 +73,14 @@ export interface CommandResult {
 }
 
 /**
- * Runs a command in the host's namespaces: through nsenter into PID 1 when the installer
- * runs in a pod (host root mounted elsewhere), directly when it runs on the host itself.
+ * Runs a command in the host's namespaces: through nsenter into the host process (its init
+ * unless told otherwise) when the installer runs in a pod (host root mounted elsewhere),
+ * directly when it runs on the host itself.
  */
-export function hostCommand(options: Pick<InstallerOptions, 'hostRoot'>, argv: string[], timeoutMs = 120_000): Promise<CommandResult> {
+export function hostCommand(options: Pick<InstallerOptions, 'hostRoot' | 'hostPid'>, argv: string[], timeoutMs = 120_000): Promise<CommandResult> {
   const full = options.hostRoot === '/'
     ? argv
-    : ['nsenter', '--target', '1', '--mount', '--uts', '--ipc', '--net', '--pid', '--', ...argv];
+    : ['nsenter', '--target', String(options.hostPid), '--mount', '--uts', '--ipc', '--net', '--pid', '--', ...argv];
   return new Promise(resolve => {
     execFile(full[0], full.slice(1), { timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
       const code = error ? (typeof (error as any).code === 'number' ? (error as any).code : 127) : 0;

@@ -9,6 +9,8 @@ export const DISTROS: Distro[] = ['containerd', 'k3s', 'rke2', 'k0s', 'microk8s'
 export interface InstallerOptions {
   readonly command: Command;
   readonly hostRoot: string;
+  /** The host process whose namespaces host commands enter (nsenter --target). */
+  readonly hostPid: number;
   readonly handler: string;
   readonly shimName: string;
   readonly location?: string;
@@ -39,6 +41,7 @@ interface FlagSpec {
 
 export const FLAGS: FlagSpec[] = [
   { name: 'host-root', arg: 'DIR', help: "where the host's / is mounted (default /)" },
+  { name: 'host-pid', arg: 'PID', help: "host process whose namespaces host commands enter through nsenter when --host-root is not / (default 1, the host's init)" },
   { name: 'handler', arg: 'NAME', help: 'runtime handler name in containerd and the RuntimeClass (DNS label; required)' },
   { name: 'shim-name', arg: 'NAME', help: 'NAME in the binary containerd-shim-NAME-vN (default: the handler)' },
   { name: 'location', arg: 'URL', help: 'artifact URL (.tar.gz or bare binary) for any platform' },
@@ -184,9 +187,13 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv, defaultPlat
     }
   }
 
+  const hostPid = single['host-pid'] ?? '1';
+  if (!/^[1-9][0-9]*$/.test(hostPid)) throw badInput(`--host-pid: "${hostPid}" is not a process id`);
+
   return {
     command,
     hostRoot: single['host-root'] ?? '/',
+    hostPid: Number(hostPid),
     handler,
     shimName,
     location: single.location,

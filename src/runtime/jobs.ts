@@ -17,6 +17,8 @@ export interface JobSettings {
   readonly ttlSeconds: number;
   readonly defaultRestartMode: string;
   readonly defaultRestartCommand?: string;
+  /** Extra variables of every installer pod (--installer-env), e.g. a proxy or a non-standard containerd path. */
+  readonly installerEnv?: { name: string; value: string }[];
 }
 
 export function installerJob(settings: JobSettings, shim: ShimObject, name: string, node: string, operation: Operation,
@@ -34,6 +36,7 @@ export function installerJob(settings: JobSettings, shim: ShimObject, name: stri
     env.push({ name: 'RCM_LOCATION', value: artifact.location });
     if (artifact.sha256) env.push({ name: 'RCM_SHA256', value: artifact.sha256 });
   }
+  env.push(...settings.installerEnv ?? []);
   const options = Object.entries(runtimeOptionsOf(spec)).map(([k, v]) => `${k}=${v}`);
   if (options.length > 0) env.push({ name: 'RCM_RUNTIME_OPTION', value: options.join('\n') });
 

@@ -5,12 +5,15 @@ import { Controller } from './controller';
 import { Kube } from './kube';
 import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
+import { installerEnvNameProblem } from '../constructs/validation';
 import { Logger } from '../installer/log';
 
 interface Flag {
   readonly name: string;
   readonly help: string;
   readonly default?: string;
+  /** May be given more than once (from the environment: one value per line). */
+  readonly repeat?: boolean;
 }
 
 const FLAGS: Flag[] = [
@@ -26,6 +29,7 @@ const FLAGS: Flag[] = [
   { name: 'log-format', help: 'json or text', default: 'json' },
   { name: 'default-restart-mode', help: 'how installers restart containerd when a Shim does not say: systemd, command, none', default: 'systemd' },
   { name: 'default-restart-command', help: 'the host command for --default-restart-mode=command' },
+  { name: 'installer-env', help: 'NAME=VALUE added to every installer pod\'s environment (repeatable)', repeat: true },
   { name: 'job-ttl-seconds', help: 'how long finished installer Jobs are kept', default: '3600' },
   { name: 'workers', help: 'Shims reconciled in parallel', default: '4' },
   { name: 'resync-seconds', help: 'period of the full resync', default: '30' },
@@ -38,26 +42,52 @@ function helpText(): string {
     ...FLAGS.map(f => `  --${f.name}`.padEnd(34) + f.help + (f.default !== undefined ? ` (default ${f.default})` : ''))].join('\n');
 }
 
-function parseFlags(argv: string[]): Record<string, string> | 'help' {
+interface Flags {
+  readonly values: Record<string, string>;
+  readonly repeated: Record<string, string[]>;
+}
+
+function parseFlags(argv: string[]): Flags | 'help' {
   const values: Record<string, string> = {};
+  const repeated: Record<string, string[]> = {};
   for (const f of FLAGS) {
     const env = process.env[`RCM_${f.name.toUpperCase().replace(/-/g, '_')}`];
-    if (env !== undefined && env !== '') values[f.name] = env;
+    if (f.repeat) repeated[f.name] = (env ?? '').split('\n').filter(line => line.trim() !== '');
+    else if (env !== undefined && env !== '') values[f.name] = env;
     else if (f.default !== undefined) values[f.name] = f.default;
   }
+  const fromArgs = new Set<string>();
   for (let i = 0; i < argv.length; i++) {
     const m = /^--([a-z-]+)(?:=(.*))?$/.exec(argv[i]);
     const flag = m && FLAGS.find(f => f.name === m[1]);
     if (!m || !flag) throw new Error(`unknown argument ${argv[i]} (see --help)`);
     if (flag.name === 'help') return 'help';
-    values[flag.name] = m[2] ?? argv[++i] ?? '';
+    const value = m[2] ?? argv[++i] ?? '';
+    if (!flag.repeat) {
+      values[flag.name] = value;
+      continue;
+    }
+    // Flags replace the environment's list rather than adding to it.
+    if (!fromArgs.has(flag.name)) repeated[flag.name] = [];
+    fromArgs.add(flag.name);
+    repeated[flag.name].push(value);
   }
   for (const n of ['lease-duration-seconds', 'job-ttl-seconds', 'workers', 'resync-seconds']) {
     if (!/^[0-9]+$/.test(values[n]) || Number(values[n]) < 1) throw new Error(`--${n}: "${values[n]}" is not a whole number >= 1`);
   }
   if (!['systemd', 'command', 'none'].includes(values['default-restart-mode'])) throw new Error(`--default-restart-mode: "${values['default-restart-mode']}" is not systemd, command or none`);
   if (values['default-restart-mode'] === 'command' && !values['default-restart-command']) throw new Error('--default-restart-mode=command needs --default-restart-command');
-  return values;
+  for (const entry of repeated['installer-env']) {
+    const name = entry.slice(0, entry.indexOf('='));
+    const problem = entry.includes('=') ? installerEnvNameProblem(name) : 'is not NAME=VALUE';
+    if (problem) throw new Error(`--installer-env: ${entry.includes('=') ? problem : `"${entry}" ${problem}`}`);
+  }
+  return { values, repeated };
+}
+
+/** NAME=VALUE entries as Kubernetes env entries. */
+function installerEnv(entries: string[]): { name: string; value: string }[] {
+  return entries.map(entry => ({ name: entry.slice(0, entry.indexOf('=')), value: entry.slice(entry.indexOf('=') + 1) }));
 }
 
 function listen(address: string, handler: http.RequestListener): Promise<http.Server> {
@@ -72,11 +102,12 @@ function listen(address: string, handler: http.RequestListener): Promise<http.Se
 }
 
 async function main(): Promise<void> {
-  const flags = parseFlags(process.argv.slice(2));
-  if (flags === 'help') {
+  const parsed = parseFlags(process.argv.slice(2));
+  if (parsed === 'help') {
     process.stdout.write(helpText() + '\n');
     return;
   }
+  const flags = parsed.values;
   const log = new Logger(flags['log-format'] === 'json');
   const config = new KubeConfig();
   if (flags.kubeconfig) config.loadFromFile(flags.kubeconfig);
@@ -90,6 +121,7 @@ async function main(): Promise<void> {
     ttlSeconds: Number(flags['job-ttl-seconds']),
     defaultRestartMode: flags['default-restart-mode'],
     defaultRestartCommand: flags['default-restart-command'],
+    installerEnv: installerEnv(parsed.repeated['installer-env']),
     workers: Number(flags.workers),
     resyncSeconds: Number(flags['resync-seconds']),
   }, log, metrics);

@@ -95,6 +95,7 @@ describe('RuntimeClassManager', () => {
       leaseDuration: Duration.seconds(20),
       workers: 8,
       resyncPeriod: Duration.minutes(2),
+      installerEnv: { HTTPS_PROXY: 'http://proxy.internal:3128', RCM_CONFIG: '/etc/containerd/custom.toml' },
     });
     const container = deployment.spec.template.spec.containers[0];
     expect(byKind('Namespace')).toEqual([]);
@@ -114,6 +115,8 @@ describe('RuntimeClassManager', () => {
       '--lease-duration-seconds=20',
       '--workers=8',
       '--resync-seconds=120',
+      '--installer-env=HTTPS_PROXY=http://proxy.internal:3128',
+      '--installer-env=RCM_CONFIG=/etc/containerd/custom.toml',
     ]);
     expect(container.ports).toEqual([
       { name: 'metrics', containerPort: 9090, protocol: 'TCP' },
@@ -146,6 +149,9 @@ describe('RuntimeClassManager', () => {
       [{ metricsPort: 9000, probePort: 9000 }, /^probePort: must differ from metricsPort/],
       [{ workers: 0 }, /^workers: must be a whole number >= 1, got 0/],
       [{ leaseDuration: Duration.millis(500) }, /^leaseDuration: must be a whole number >= 1 of seconds, got 0.5/],
+      [{ installerEnv: { 'HTTPS-PROXY': 'x' } }, /^installerEnv: "HTTPS-PROXY" is not an environment variable name/],
+      [{ installerEnv: { RCM_SHA256: 'x' } }, /^installerEnv: "RCM_SHA256" is set per Shim by the controller/],
+      [{ installerEnv: { NO_PROXY: 'a\nb' } }, /^installerEnv: the value of NO_PROXY must be one line/],
     ])('%j', (props, message) => {
       expect(() => synth(props)).toThrow(message);
     });

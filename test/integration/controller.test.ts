@@ -58,6 +58,7 @@ async function startController(name: string): Promise<void> {
   const log = path.join(work, `${name}.log`);
   const child = spawn(process.execPath, [CONTROLLER,
     `--kubeconfig=${saKubeconfig}`, `--namespace=${NS}`, '--installer-image=docker.io/library/rcm-node-installer:test',
+    '--installer-env=NO_PROXY=127.0.0.1', '--installer-env=RCM_INSTALL_ROOT=/var/lib/rcm',
     '--leader-elect=true', '--lease-duration-seconds=4', `--identity=${name}`, '--resync-seconds=5', '--log-format=text',
     `--metrics-bind-address=127.0.0.1:${await freePort()}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`], { stdio: ['ignore', fs.openSync(log, 'a'), fs.openSync(log, 'a')] });
   controllers.push({ name, child, log });
@@ -152,6 +153,9 @@ test('a rolling install, batch by batch, ends Ready with labelled nodes and a Ru
   const job = (await jobsOf('install'))[0];
   expect(job.spec.template.spec).toMatchObject({ hostPID: true, automountServiceAccountToken: false, restartPolicy: 'Never' });
   expect(job.spec.template.spec.containers[0].securityContext).toEqual({ privileged: true });
+  expect(job.spec.template.spec.containers[0].env).toEqual(expect.arrayContaining([
+    { name: 'NO_PROXY', value: '127.0.0.1' }, { name: 'RCM_INSTALL_ROOT', value: '/var/lib/rcm' }, { name: 'RCM_HANDLER', value: 'spin' },
+  ]));
   expect(job.metadata.ownerReferences[0]).toMatchObject({ kind: 'Shim', name: 'spin' });
 
   // WHEN they succeed THEN the third node follows and the Shim becomes Ready

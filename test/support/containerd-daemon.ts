@@ -15,13 +15,26 @@ export interface ContainerdDaemon {
   readonly log: string;
   /** A host command that restarts this containerd (for --restart-command). */
   readonly restartCommand: string;
+  /** The supervisor's process: a process in the host's namespaces that is not PID 1. */
+  readonly supervisorPid: number;
   ctr(args: string[]): string;
   /** Waits until the daemon answers. */
   waitReady(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
 
-export async function startContainerd(binary = '/usr/bin/containerd', dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-containerd-'))): Promise<ContainerdDaemon> {
+/** What the CRI plugin needs to serve a kubelet. */
+export interface CriSettings {
+  /** The sandbox ("pause") image, fully qualified; it must be imported before pods start. */
+  readonly sandboxImage: string;
+  /** Folder of the CNI network configs (a private one: tests never touch /etc/cni). */
+  readonly cniConfDir: string;
+  /** Folder of the CNI plugin binaries. */
+  readonly cniBinDir: string;
+}
+
+export async function startContainerd(binary = '/usr/bin/containerd', dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-containerd-')),
+  cri?: CriSettings): Promise<ContainerdDaemon> {
   const config = path.join(dir, 'etc', 'containerd', 'config.toml');
   const socket = path.join(dir, 'run', 'containerd.sock');
   const log = path.join(dir, 'containerd.log');
@@ -37,7 +50,10 @@ export async function startContainerd(binary = '/usr/bin/containerd', dir = fs.m
     .replace(/(\[debug\][^[]*?address = )"[^"]*"/, '$1""')
     .replace(/(\[metrics\][^[]*?address = )"[^"]*"/, '$1""')
     // This machine refuses oom_score_adj -998: without this every pod sandbox fails.
-    .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true'));
+    .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true')
+    .replace(/sandbox_image = "[^"]*"/, cri ? `sandbox_image = "${cri.sandboxImage}"` : '$&')
+    .replace(/(\.cni\][^[]*?bin_dir = )"[^"]*"/, cri ? `$1"${cri.cniBinDir}"` : '$&')
+    .replace(/(\.cni\][^[]*?conf_dir = )"[^"]*"/, cri ? `$1"${cri.cniConfDir}"` : '$&'));
 
   // The supervisor: a shell loop that records the daemon's pid and restarts it on exit.
   const supervisor = spawn('bash', ['-c', `
@@ -72,7 +88,9 @@ export async function startContainerd(binary = '/usr/bin/containerd', dir = fs.m
     }
   };
   await waitReady();
-  return { dir, config, socket, log, restartCommand: `kill $(cat ${pidFile})`, ctr, waitReady, stop };
+  // Like `systemctl restart`, it returns once the old daemon has exited.
+  const restartCommand = `old=$(cat ${pidFile}); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done`;
+  return { dir, config, socket, log, restartCommand, supervisorPid: supervisor.pid!, ctr, waitReady, stop };
 }
 
 async function stopSupervisor(supervisor: ChildProcess, pidFile: string): Promise<void> {

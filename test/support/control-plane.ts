@@ -21,6 +21,8 @@ export interface ControlPlane {
   readonly serviceAccountKey: string;
   /** Working directory (logs are in logs/). */
   readonly dir: string;
+  /** Starts one more process whose log joins logTails() and which stop() ends. */
+  startProcess(name: string, binary: string, args: string[]): ChildProcess;
   /** Run kubectl with the admin kubeconfig; returns stdout. */
   kubectl(args: string[], options?: { input?: string }): string;
   /** Tail of every component's log, for failure messages. */
@@ -35,6 +37,8 @@ export interface ControlPlaneOptions {
   readonly controllers?: string;
   /** More kube-controller-manager flags (e.g. its API rate limits for benchmarks). */
   readonly controllerManagerArgs?: string[];
+  /** Also run kube-scheduler (for pods that are not bound to a node by name). */
+  readonly scheduler?: boolean;
 }
 
 /** A free TCP port on 127.0.0.1 (asked of the kernel, then released). */
@@ -58,7 +62,7 @@ function which(binary: string): string {
 }
 
 function requireBinaries(): void {
-  for (const b of ['kube-apiserver', 'kubectl'] as const) {
+  for (const b of ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubelet', 'kubectl'] as const) {
     if (!fs.existsSync(kubeBinary(b))) {
       throw new Error(`${kubeBinary(b)} is missing: run scripts/provision.sh (as root) to build the Kubernetes ${b} from Debian's source package`);
     }
@@ -127,7 +131,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   };
 
   try {
-    const [etcdClient, etcdPeer, apiPort, cmPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
+    const ports: number[] = [];
+    for (let i = 0; i < 5; i++) ports.push(await freePort());
+    const [etcdClient, etcdPeer, apiPort, cmPort, schedulerPort] = ports;
     start('etcd', which('etcd'), [
       `--data-dir=${path.join(dir, 'etcd')}`,
       `--listen-client-urls=http://127.0.0.1:${etcdClient}`,
@@ -193,10 +199,22 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       if (cm.exitCode !== null) throw new Error(`kube-controller-manager exited with ${cm.exitCode}\n${logTails(15)}`);
     }
 
+    if (options.scheduler) {
+      const scheduler = start('kube-scheduler', kubeBinary('kube-scheduler'), [
+        `--kubeconfig=${kubeconfig}`,
+        '--leader-elect=false',
+        '--bind-address=127.0.0.1',
+        `--secure-port=${schedulerPort}`,
+        '--port=0',
+      ]);
+      await new Promise(r => setTimeout(r, 1000));
+      if (scheduler.exitCode !== null) throw new Error(`kube-scheduler exited with ${scheduler.exitCode}\n${logTails(15)}`);
+    }
+
     const kubectl = (args: string[], opts: { input?: string } = {}) => execFileSync(kubeBinary('kubectl'), ['--kubeconfig', kubeconfig, ...args], {
       input: opts.input, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'],
     });
-    return { server, kubeconfig, caFile, adminToken, serviceAccountKey: saKey, dir, kubectl, logTails, stop };
+    return { server, kubeconfig, caFile, adminToken, serviceAccountKey: saKey, dir, startProcess: start, kubectl, logTails, stop };
   } catch (e) {
     await stop();
     throw e;

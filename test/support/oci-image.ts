@@ -17,6 +17,8 @@ export interface ImageSpec {
   /** Fully qualified name, e.g. docker.io/library/rcm-busybox:test (the CRI normalises short names). */
   readonly name: string;
   readonly files: LayerFile[];
+  /** Symbolic links: path in the image -> what it points to (e.g. busybox applets). */
+  readonly links?: Record<string, string>;
   readonly entrypoint: string[];
   readonly cmd?: string[];
   readonly env?: string[];
@@ -45,6 +47,11 @@ export async function buildOciImage(spec: ImageSpec, outFile: string): Promise<v
       fs.mkdirSync(path.dirname(dest), { recursive: true });
       fs.copyFileSync(f.source, dest);
       fs.chmodSync(dest, f.mode ?? 0o755);
+    }
+    for (const [link, target] of Object.entries(spec.links ?? {})) {
+      const at = path.join(rootfs, link);
+      fs.mkdirSync(path.dirname(at), { recursive: true });
+      fs.symlinkSync(target, at);
     }
     const layerFile = path.join(work, 'layer.tar');
     const entries = fs.readdirSync(rootfs);

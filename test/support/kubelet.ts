@@ -1,0 +1,124 @@
+import { ChildProcess, execFileSync, spawn } from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+import { ControlPlane, freePort } from './control-plane';
+import { kubeBinary } from './tools';
+
+/** A kubelet that registers one node and runs its pods through a containerd's CRI. */
+export interface Kubelet {
+  readonly nodeName: string;
+  readonly log: string;
+  /** The kubelet's root folder (pods' volumes are mounted below it). */
+  readonly rootDir: string;
+  /** Tail of its log, for failure messages. */
+  logTail(lines?: number): string;
+  stop(): Promise<void>;
+}
+
+export interface KubeletOptions {
+  readonly controlPlane: ControlPlane;
+  /** containerd's socket (its CRI plugin must be configured for this node). */
+  readonly containerdSocket: string;
+  readonly nodeName: string;
+  /** A folder of its own: configuration, root folder and log. */
+  readonly dir: string;
+}
+
+/**
+ * Starts a kubelet on 127.0.0.1 with the settings this machine needs (no QoS cgroups, no
+ * swap check, no eviction) and waits until its Node is Ready.
+ */
+export async function startKubelet(options: KubeletOptions): Promise<Kubelet> {
+  const { controlPlane, nodeName, dir } = options;
+  fs.mkdirSync(dir, { recursive: true });
+  const rootDir = path.join(dir, 'root');
+  const log = path.join(dir, 'kubelet.log');
+  const config = path.join(dir, 'kubelet-config.yaml');
+  const [port, healthzPort] = [await freePort(), await freePort()];
+  fs.writeFileSync(config, [
+    'apiVersion: kubelet.config.k8s.io/v1beta1',
+    'kind: KubeletConfiguration',
+    'cgroupDriver: cgroupfs',
+    'failSwapOn: false',
+    'cgroupsPerQOS: false',
+    'enforceNodeAllocatable: []',
+    'evictionHard: {}',
+    'address: 127.0.0.1',
+    `port: ${port}`,
+    'readOnlyPort: 0',
+    'healthzBindAddress: 127.0.0.1',
+    `healthzPort: ${healthzPort}`,
+    'authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}',
+    'authorization: {mode: AlwaysAllow}',
+    'clusterDomain: cluster.local',
+    // Frequent status updates make pod phases visible to the test sooner.
+    'nodeStatusUpdateFrequency: 4s',
+    'syncFrequency: 5s',
+    '',
+  ].join('\n'));
+  const out = fs.openSync(log, 'a');
+  const child: ChildProcess = spawn(kubeBinary('kubelet'), [
+    `--kubeconfig=${controlPlane.kubeconfig}`,
+    `--config=${config}`,
+    '--container-runtime=remote',
+    `--container-runtime-endpoint=unix://${options.containerdSocket}`,
+    `--hostname-override=${nodeName}`,
+    `--root-dir=${rootDir}`,
+    `--cert-dir=${path.join(dir, 'pki')}`,
+    '--v=2',
+  ], { stdio: ['ignore', out, out] });
+  fs.closeSync(out);
+
+  const logTail = (lines = 30) => fs.existsSync(log) ? fs.readFileSync(log, 'utf8').split('\n').slice(-lines).join('\n') : '';
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise(r => child.once('exit', r));
+      child.kill('SIGTERM');
+      const escalate = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await exited;
+      clearTimeout(escalate);
+    }
+    unmountBelow(dir);
+  };
+
+  const deadline = Date.now() + 90_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`kubelet exited with ${child.exitCode}\n${logTail(40)}`);
+    const ready = nodeReady(controlPlane, nodeName);
+    if (ready) break;
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`node ${nodeName} did not become Ready within 90s\n${logTail(40)}`);
+    }
+    await new Promise(r => setTimeout(r, 1000));
+  }
+  return { nodeName, log, rootDir, logTail, stop };
+}
+
+function nodeReady(controlPlane: ControlPlane, nodeName: string): boolean {
+  try {
+    const node = JSON.parse(controlPlane.kubectl(['get', 'node', nodeName, '-o', 'json']));
+    return (node.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True');
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Lazily unmounts everything mounted below `dir` (pods' secret volumes, container root
+ * filesystems), deepest first, so that the folder can be removed.
+ */
+export function unmountBelow(dir: string): void {
+  const prefix = fs.realpathSync(dir) + '/';
+  const mounts = fs.readFileSync('/proc/self/mounts', 'utf8').split('\n')
+    .map(line => line.split(' ')[1]?.replace(/\\040/g, ' '))
+    .filter((m): m is string => m !== undefined && m.startsWith(prefix))
+    .sort((a, b) => b.length - a.length);
+  for (const mount of mounts) {
+    try {
+      execFileSync('umount', ['-l', mount], { stdio: 'ignore' });
+    } catch {
+      // already gone with its parent
+    }
+  }
+}
