@@ -64,6 +64,9 @@ export function installerJob(settings: JobSettings, shim: ShimObject, name: stri
           nodeName: node,
           restartPolicy: 'Never',
           hostPID: true,
+          // The node's own network: an install must not depend on the pod network (CNI may be
+          // what is broken or not ready yet), and downloads use the node's proxy and DNS.
+          hostNetwork: true,
           automountServiceAccountToken: false,
           enableServiceLinks: false,
           tolerations: spec.runtimeClass?.tolerations ?? [],

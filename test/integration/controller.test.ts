@@ -151,7 +151,7 @@ test('a rolling install, batch by batch, ends Ready with labelled nodes and a Ru
   expect(first).toEqual(['n1', 'n2']);
   expect(await nodeState('n1')).toBe('pending');
   const job = (await jobsOf('install'))[0];
-  expect(job.spec.template.spec).toMatchObject({ hostPID: true, automountServiceAccountToken: false, restartPolicy: 'Never' });
+  expect(job.spec.template.spec).toMatchObject({ hostPID: true, hostNetwork: true, automountServiceAccountToken: false, restartPolicy: 'Never' });
   expect(job.spec.template.spec.containers[0].securityContext).toEqual({ privileged: true });
   expect(job.spec.template.spec.containers[0].env).toEqual(expect.arrayContaining([
     { name: 'NO_PROXY', value: '127.0.0.1' }, { name: 'RCM_INSTALL_ROOT', value: '/var/lib/rcm' }, { name: 'RCM_HANDLER', value: 'spin' },

@@ -1,0 +1,392 @@
+import { execFileSync } from 'child_process';
+import * as crypto from 'crypto';
+import * as fs from 'fs';
+import * as http from 'http';
+import * as net from 'net';
+import * as path from 'path';
+import { ApiObject, App, Chart, JsonPatch, Yaml } from 'cdk8s';
+import * as tar from 'tar';
+import { ContainerdRestart, ImagePullPolicy, RuntimeClassManager, ShimNodeLabels } from '../../src';
+import { freePort } from '../support/control-plane';
+import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../support/product-images';
+import { eventually, Rest } from '../support/rest';
+import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from '../support/single-node-cluster';
+
+// The whole loop on a real single-node cluster: cdk8s synth -> kubectl apply -> the
+// controller pod runs installer Jobs -> the installer edits containerd's config and restarts
+// it -> a workload pod runs under the installed shim -> and back to a clean node.
+// Needs root and the binaries of scripts/provision.sh; run it with `npx projen e2e`.
+
+const SHIM = 'e2e-runc';
+const HANDLER = 'e2e-runc';
+const BAD_SHIM = 'e2e-bad';
+const STATE_LABEL = ShimNodeLabels.stateKey(SHIM);
+const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
+const NS = 'runtime-class-manager';
+
+let cluster: SingleNodeCluster;
+let api: Rest;
+let work: string;
+let installRoot: string;
+let artifactServer: http.Server;
+let artifactBase: string;
+let configBefore: { file: string; dump: string };
+const artifacts: Record<string, { file: string; sha256: string; shimSha256: string }> = {};
+
+/** A tarball with a real shim: containerd-shim-runc-v2 renamed, plus `extra` bytes to make a distinct version. */
+async function buildArtifact(version: string, extra: string): Promise<void> {
+  const dir = path.join(work, `artifact-${version}`);
+  fs.mkdirSync(dir);
+  const shim = path.join(dir, `containerd-shim-${HANDLER}-v2`);
+  // Bytes after the end of an ELF file are ignored by the loader: same program, new checksum.
+  fs.writeFileSync(shim, Buffer.concat([fs.readFileSync('/usr/bin/containerd-shim-runc-v2'), Buffer.from(extra)]), { mode: 0o755 });
+  const file = path.join(work, 'www', `shim-${version}.tar.gz`);
+  await tar.c({ file, cwd: dir, gzip: true, portable: true }, [path.basename(shim)]);
+  artifacts[version] = { file, sha256: sha256(fs.readFileSync(file)), shimSha256: sha256(fs.readFileSync(shim)) };
+}
+
+function sha256(data: Buffer): string {
+  return crypto.createHash('sha256').update(data).digest('hex');
+}
+
+function serve(dir: string): Promise<http.Server> {
+  const server = http.createServer((req, res) => {
+    const file = path.join(dir, path.basename(req.url ?? ''));
+    if (!fs.existsSync(file)) return void res.writeHead(404).end();
+    res.writeHead(200, { 'Content-Length': fs.statSync(file).size });
+    fs.createReadStream(file).pipe(res);
+  });
+  return new Promise(resolve => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+interface ShimVersion {
+  readonly location: string;
+  readonly sha256: string;
+}
+
+/**
+ * The app a user writes (RuntimeClassManager and a Shim), plus test-only overrides through
+ * escape hatches: the controller pod uses the host network and reaches the API server on
+ * 127.0.0.1 (there is no kube-proxy here), binds its ports to 127.0.0.1 and has no probes
+ * (the kubelet would dial the node's non-loopback address).
+ */
+function synthApp(shims: Record<string, ShimVersion>, ports: { api: number; metrics: number; probes: number }): string {
+  const app = new App();
+  const chart = new Chart(app, 'e2e');
+  const manager = new RuntimeClassManager(chart, 'Manager', {
+    controllerImage: CONTROLLER_IMAGE,
+    installerImage: INSTALLER_IMAGE,
+    imagePullPolicy: ImagePullPolicy.IF_NOT_PRESENT,
+    replicas: 1,
+    metricsPort: ports.metrics,
+    probePort: ports.probes,
+    // The supervisor stands in for systemd; the installer reaches it through nsenter.
+    defaultRestart: ContainerdRestart.command(cluster.containerd.restartCommand),
+    // This node's containerd is not at the standard paths, and its init refuses nsenter.
+    installerEnv: {
+      RCM_CONFIG: cluster.containerd.config,
+      RCM_SOCKET: cluster.containerd.socket,
+      RCM_DISTRO: 'containerd',
+      RCM_INSTALL_ROOT: installRoot,
+      RCM_HOST_PID: String(cluster.containerd.supervisorPid),
+    },
+  });
+  for (const [name, version] of Object.entries(shims)) {
+    manager.addShim(name, { handler: name, location: version.location, sha256: version.sha256, allowInsecureHttp: true });
+  }
+  const container = '/spec/template/spec/containers/0';
+  ApiObject.of(manager.deployment).addJsonPatch(
+    JsonPatch.add('/spec/template/spec/hostNetwork', true),
+    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' }),
+    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_PORT', value: String(ports.api) }),
+    JsonPatch.remove(`${container}/livenessProbe`),
+    JsonPatch.remove(`${container}/readinessProbe`),
+    JsonPatch.replace(`${container}/args/4`, `--metrics-bind-address=127.0.0.1:${ports.metrics}`),
+    JsonPatch.replace(`${container}/args/5`, `--health-probe-bind-address=127.0.0.1:${ports.probes}`),
+  );
+  return Yaml.stringify(...app.charts.flatMap(c => c.toJson()));
+}
+
+let ports: { api: number; metrics: number; probes: number };
+/** `cdk8s synth` then `kubectl apply --server-side`, as a user without Argo CD would do it. */
+function apply(shims: Record<string, ShimVersion>): void {
+  const file = path.join(work, `app-${Date.now()}.yaml`);
+  fs.writeFileSync(file, synthApp(shims, ports));
+  const kubectl = cluster.controlPlane.kubectl;
+  try {
+    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
+  } catch (e) {
+    // The first apply creates the CRD together with a Shim: kubectl knows the kind only once
+    // the CRD is established (Argo CD orders this with the sync waves the constructs set).
+    if (!/no matches for kind "Shim"/.test(String((e as any).stderr ?? e))) throw e;
+    kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
+    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
+  }
+}
+
+function version(v: string): ShimVersion {
+  return { location: `${artifactBase}/shim-${v}.tar.gz`, sha256: artifacts[v].sha256 };
+}
+
+/** containerd's configuration: the file, and what containerd makes of it. */
+function containerdConfig(): { file: string; dump: string } {
+  return {
+    file: fs.readFileSync(cluster.containerd.config, 'utf8'),
+    dump: execFileSync('/usr/bin/containerd', ['--config', cluster.containerd.config, 'config', 'dump'], { encoding: 'utf8' }),
+  };
+}
+
+function pod(name: string, command: string, runtimeClassName?: string): object {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default' },
+    spec: {
+      hostNetwork: true,
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: 1,
+      ...(runtimeClassName ? { runtimeClassName } : {}),
+      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', command] }],
+    },
+  };
+}
+
+async function podWhen(name: string, phases: string[], timeoutMs = 60_000): Promise<any> {
+  return eventually(async () => {
+    const p = await api.get(`/api/v1/namespaces/default/pods/${name}`);
+    return phases.includes(p.status?.phase) ? p : undefined;
+  }, timeoutMs, diagnostics);
+}
+
+async function deletePod(name: string): Promise<void> {
+  await api.request('DELETE', `/api/v1/namespaces/default/pods/${name}`).catch(() => undefined);
+  await eventually(async () => api.get(`/api/v1/namespaces/default/pods/${name}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
+}
+
+/** The runtime containerd started a pod's container with (the shim binary's path, for a path handler). */
+function runtimeOf(p: any): string {
+  const id = String(p.status.containerStatuses[0].containerID).replace('containerd://', '');
+  return JSON.parse(cluster.containerd.ctr(['-n', 'k8s.io', 'containers', 'info', id])).Runtime.Name;
+}
+
+async function shim(name: string): Promise<any> {
+  return api.get(`${SHIMS}/${name}`);
+}
+
+function condition(s: any, type: string): any {
+  return (s?.status?.conditions ?? []).find((c: any) => c.type === type);
+}
+
+async function nodeLabels(): Promise<Record<string, string>> {
+  return (await api.get(`/api/v1/nodes/${cluster.nodeName}`)).metadata.labels ?? {};
+}
+
+/** Everything a developer needs when a step fails. */
+async function diagnostics(): Promise<string> {
+  const safe = async (what: () => Promise<any>) => what().catch((e: Error) => `(${e.message})`);
+  const shims = await safe(async () => (await api.get(SHIMS)).items.map((s: any) => ({ name: s.metadata.name, finalizers: s.metadata.finalizers, status: s.status })));
+  const jobs = await safe(async () => (await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items.map((j: any) => ({ name: j.metadata.name, status: j.status })));
+  const pods = await safe(async () => (await api.get('/api/v1/pods')).items.map((p: any) => ({
+    name: `${p.metadata.namespace}/${p.metadata.name}`, phase: p.status?.phase, reason: p.status?.reason,
+    containers: (p.status?.containerStatuses ?? []).map((c: any) => c.state),
+  })));
+  const events = await safe(async () => (await api.get('/api/v1/events')).items.slice(-25)
+    .map((e: any) => `${e.involvedObject.kind}/${e.involvedObject.name} ${e.reason}: ${e.message}`));
+  const labels = await safe(nodeLabels);
+  return [
+    '=== end-to-end diagnostics ===',
+    `shims: ${JSON.stringify(shims, undefined, 1)}`,
+    `jobs: ${JSON.stringify(jobs, undefined, 1)}`,
+    `pods: ${JSON.stringify(pods, undefined, 1)}`,
+    `recent events:\n${Array.isArray(events) ? events.join('\n') : events}`,
+    `node labels: ${JSON.stringify(labels)}`,
+    `containerd config (${cluster.containerd.config}):\n${fs.existsSync(cluster.containerd.config) ? fs.readFileSync(cluster.containerd.config, 'utf8').split('\n').filter(l => l.includes('rcm') || l.includes('runtimes.')).join('\n') : 'missing'}`,
+    ...podLogTails(40),
+    cluster.logTails(25),
+  ].join('\n');
+}
+
+/** The controller's and installers' container logs, read from the node's files (never through `kubectl logs`). */
+function podLogTails(lines: number): string[] {
+  const root = '/var/log/pods';
+  if (!fs.existsSync(root)) return [];
+  return fs.readdirSync(root).filter(d => d.startsWith(`${NS}_`)).flatMap(podDir =>
+    fs.readdirSync(path.join(root, podDir)).flatMap(container => fs.readdirSync(path.join(root, podDir, container)).map(file => {
+      const text = fs.readFileSync(path.join(root, podDir, container, file), 'utf8');
+      return `--- pod ${podDir} ${container}/${file} (last ${lines} lines) ---\n${text.split('\n').slice(-lines).join('\n')}`;
+    })));
+}
+
+/** A scenario step whose failure message carries the diagnostics. */
+function step(name: string, fn: () => Promise<void>, timeoutMs = 240_000): void {
+  test(name, async () => {
+    try {
+      await fn();
+    } catch (e) {
+      (e as Error).message += `\n${await diagnostics()}`;
+      throw e;
+    }
+  }, timeoutMs);
+}
+
+beforeAll(async () => {
+  cluster = await startSingleNodeCluster();
+  work = path.join(cluster.dir, 'work');
+  fs.mkdirSync(path.join(work, 'www'), { recursive: true });
+  installRoot = path.join(cluster.dir, 'opt-rcm');
+  const cp = cluster.controlPlane;
+  api = new Rest(cp.server, cp.adminToken, cp.caFile);
+  ports = { api: Number(new URL(cp.server).port), metrics: await freePort(), probes: await freePort() };
+
+  const images = await buildProductImages(work);
+  cluster.importImage(images.controller);
+  cluster.importImage(images.installer);
+
+  await buildArtifact('v1', '\nrcm-e2e v1\n');
+  await buildArtifact('v2', '\nrcm-e2e v2\n');
+  artifactServer = await serve(path.join(work, 'www'));
+  artifactBase = `http://127.0.0.1:${(artifactServer.address() as net.AddressInfo).port}`;
+  configBefore = containerdConfig();
+}, 300_000);
+
+afterAll(async () => {
+  artifactServer?.close();
+  await cluster?.stop();
+}, 180_000);
+
+step('before the install, a pod with the shim\'s handler cannot run', async () => {
+  // GIVEN a RuntimeClass for the handler, but no shim on the node
+  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass', metadata: { name: 'e2e-probe' }, handler: HANDLER }) });
+  // WHEN a pod uses it
+  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('before-install', 'true', 'e2e-probe')) });
+  // THEN containerd refuses the sandbox: it has no runtime for the handler
+  const event = await eventually(async () => (await api.get('/api/v1/namespaces/default/events')).items
+    .find((e: any) => e.involvedObject.name === 'before-install' && e.reason === 'FailedCreatePodSandBox'), 60_000, diagnostics);
+  expect(event.message).toContain(HANDLER);
+  expect((await api.get('/api/v1/namespaces/default/pods/before-install')).status.phase).toBe('Pending');
+  await deletePod('before-install');
+  cluster.controlPlane.kubectl(['delete', 'runtimeclass', 'e2e-probe']);
+});
+
+step('synthesized and applied, the Shim installs on the node and a pod runs under the installed binary', async () => {
+  // WHEN the app is synthesized and applied server-side
+  apply({ [SHIM]: version('v1') });
+
+  // THEN the Shim becomes Ready on the one node, which carries the provisioned label
+  const ready = await eventually(async () => {
+    const s = await shim(SHIM);
+    return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 1 ? s : undefined;
+  }, 180_000, diagnostics);
+  expect(ready.status).toMatchObject({ nodes: 1, nodesReady: 1, nodesFailed: 0 });
+  expect((await nodeLabels())[STATE_LABEL]).toBe('provisioned');
+  // AND the RuntimeClass schedules onto that label
+  const rc = await api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`);
+  expect(rc).toMatchObject({ handler: HANDLER, scheduling: { nodeSelector: { [STATE_LABEL]: 'provisioned' } } });
+  // AND the installer ran through the controller's Job, restarting containerd through nsenter
+  const installed = path.join(installRoot, 'shims', HANDLER, artifacts.v1.sha256.slice(0, 16), `containerd-shim-${HANDLER}-v2`);
+  expect(sha256(fs.readFileSync(installed))).toBe(artifacts.v1.shimSha256);
+  expect(containerdConfig().dump).toContain(installed);
+
+  // WHEN a workload pod uses the RuntimeClass THEN it succeeds under the installed binary
+  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('workload-v1', 'echo hello from the shim > /dev/termination-log', SHIM)) });
+  const done = await podWhen('workload-v1', ['Succeeded', 'Failed']);
+  expect(done.status.phase).toBe('Succeeded');
+  expect(done.spec.nodeName).toBe(cluster.nodeName);
+  expect(done.status.containerStatuses[0].state.terminated.message).toBe('hello from the shim\n');
+  expect(runtimeOf(done)).toBe(installed);
+  await deletePod('workload-v1');
+});
+
+step('a new artifact rolls out again; a pod on the old version keeps running, new pods get the new binary', async () => {
+  // GIVEN a long-running pod under v1
+  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('long-runner', 'sleep 3600', SHIM)) });
+  const running = await podWhen('long-runner', ['Running']);
+  const v1Binary = runtimeOf(running);
+  const revisionBefore = (await shim(SHIM)).status.revision;
+
+  // WHEN the Shim gets a new artifact with a new sha256
+  apply({ [SHIM]: version('v2') });
+
+  // THEN it rolls out again and is Ready on the new revision
+  const v2Binary = path.join(installRoot, 'shims', HANDLER, artifacts.v2.sha256.slice(0, 16), `containerd-shim-${HANDLER}-v2`);
+  await eventually(async () => {
+    const s = await shim(SHIM);
+    return s.status.revision !== revisionBefore && condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 1;
+  }, 180_000, diagnostics);
+  expect(containerdConfig().dump).toContain(v2Binary);
+  expect(containerdConfig().dump).not.toContain(v1Binary);
+
+  // AND the old pod was not disturbed: still running, same container, same binary
+  const still = await api.get('/api/v1/namespaces/default/pods/long-runner');
+  expect(still.status.phase).toBe('Running');
+  expect(still.status.containerStatuses[0].restartCount).toBe(0);
+  expect(still.status.containerStatuses[0].containerID).toBe(running.status.containerStatuses[0].containerID);
+  expect(runtimeOf(still)).toBe(v1Binary);
+
+  // AND a new pod runs the new binary
+  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('workload-v2', 'echo v2 > /dev/termination-log', SHIM)) });
+  const done = await podWhen('workload-v2', ['Succeeded', 'Failed']);
+  expect(done.status.phase).toBe('Succeeded');
+  expect(runtimeOf(done)).toBe(v2Binary);
+  expect(sha256(fs.readFileSync(v2Binary))).toBe(artifacts.v2.shimSha256);
+
+  // AND the old pod still stops cleanly
+  await deletePod('long-runner');
+  await deletePod('workload-v2');
+});
+
+step('an artifact with a wrong sha256 degrades its Shim and leaves the node and the other Shim alone', async () => {
+  const before = containerdConfig();
+  const filesBefore = listTree(installRoot);
+  // WHEN a second Shim points at the v1 tarball with the v2 tarball's checksum
+  apply({ [SHIM]: version('v2'), [BAD_SHIM]: { location: version('v1').location, sha256: artifacts.v2.sha256 } });
+
+  // THEN it is Degraded with the reason
+  const degraded = await eventually(async () => {
+    const s = await shim(BAD_SHIM);
+    return condition(s, 'Degraded')?.status === 'True' ? s : undefined;
+  }, 180_000, diagnostics);
+  expect(condition(degraded, 'Degraded').message).toContain('ChecksumMismatch');
+  expect(condition(degraded, 'Ready').status).toBe('False');
+  expect(degraded.status.nodesFailed).toBe(1);
+  expect((await nodeLabels())[ShimNodeLabels.stateKey(BAD_SHIM)]).toBe('failed');
+  // AND the node is untouched: same containerd config, no new files
+  expect(containerdConfig()).toEqual(before);
+  expect(listTree(installRoot)).toEqual(filesBefore);
+  // AND the first Shim still works
+  expect(condition(await shim(SHIM), 'Ready').status).toBe('True');
+  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('workload-after-bad', 'true', SHIM)) });
+  expect((await podWhen('workload-after-bad', ['Succeeded', 'Failed'])).status.phase).toBe('Succeeded');
+  await deletePod('workload-after-bad');
+});
+
+step('deleting the Shims uninstalls them and leaves the node as it was', async () => {
+  // WHEN both Shims are deleted
+  cluster.controlPlane.kubectl(['delete', 'shim', SHIM, BAD_SHIM, '--wait=false']);
+
+  // THEN an uninstall Job runs on the node
+  await eventually(async () => (await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items
+    .some((j: any) => j.metadata.annotations?.['runtime.spinkube.dev/operation'] === 'uninstall'), 60_000, diagnostics);
+  // AND the finalizers are released: the Shims are gone
+  await eventually(async () => (await api.get(SHIMS)).items.length === 0, 180_000, diagnostics);
+  // AND the labels and the RuntimeClasses are gone
+  const labels = await nodeLabels();
+  expect(Object.keys(labels).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
+  await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
+  // AND containerd's effective config is the one from before the first install, and no shim files remain
+  expect(containerdConfig().dump).toEqual(configBefore.dump);
+  expect(listTree(installRoot).filter(f => f.includes('/shims/') || f.includes('/state/'))).toEqual([]);
+
+  // AND an ordinary runc pod still runs
+  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('plain-runc', 'echo still fine > /dev/termination-log')) });
+  const done = await podWhen('plain-runc', ['Succeeded', 'Failed']);
+  expect(done.status.phase).toBe('Succeeded');
+  expect(runtimeOf(done)).toBe('io.containerd.runc.v2');
+  await deletePod('plain-runc');
+});
+
+/** Every file and folder below `dir`, relative to it. */
+function listTree(dir: string): string[] {
+  if (!fs.existsSync(dir)) return [];
+  return (fs.readdirSync(dir, { recursive: true }) as string[]).map(f => `/${f}`).sort();
+}
