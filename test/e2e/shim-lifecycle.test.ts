@@ -124,7 +124,7 @@ function apply(shims: Record<string, ShimVersion>): void {
   }
 }
 
-function version(v: string): ShimVersion {
+function published(v: string): ShimVersion {
   return { location: `${artifactBase}/shim-${v}.tar.gz`, sha256: artifacts[v].sha256 };
 }
 
@@ -169,7 +169,7 @@ function runtimeOf(p: any): string {
   return JSON.parse(cluster.containerd.ctr(['-n', 'k8s.io', 'containers', 'info', id])).Runtime.Name;
 }
 
-async function shim(name: string): Promise<any> {
+async function getShim(name: string): Promise<any> {
   return api.get(`${SHIMS}/${name}`);
 }
 
@@ -184,10 +184,13 @@ async function nodeLabels(): Promise<Record<string, string>> {
 /** Everything a developer needs when a step fails. */
 async function diagnostics(): Promise<string> {
   const safe = async (what: () => Promise<any>) => what().catch((e: Error) => `(${e.message})`);
-  const shims = await safe(async () => (await api.get(SHIMS)).items.map((s: any) => ({ name: s.metadata.name, finalizers: s.metadata.finalizers, status: s.status })));
+  const shims = await safe(async () => (await api.get(SHIMS)).items
+    .map((s: any) => ({ name: s.metadata.name, finalizers: s.metadata.finalizers, status: s.status })));
   const jobs = await safe(async () => (await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items.map((j: any) => ({ name: j.metadata.name, status: j.status })));
   const pods = await safe(async () => (await api.get('/api/v1/pods')).items.map((p: any) => ({
-    name: `${p.metadata.namespace}/${p.metadata.name}`, phase: p.status?.phase, reason: p.status?.reason,
+    name: `${p.metadata.namespace}/${p.metadata.name}`,
+    phase: p.status?.phase,
+    reason: p.status?.reason,
     containers: (p.status?.containerStatuses ?? []).map((c: any) => c.state),
   })));
   const events = await safe(async () => (await api.get('/api/v1/events')).items.slice(-25)
@@ -270,11 +273,11 @@ step('before the install, a pod with the shim\'s handler cannot run', async () =
 
 step('synthesized and applied, the Shim installs on the node and a pod runs under the installed binary', async () => {
   // WHEN the app is synthesized and applied server-side
-  apply({ [SHIM]: version('v1') });
+  apply({ [SHIM]: published('v1') });
 
   // THEN the Shim becomes Ready on the one node, which carries the provisioned label
   const ready = await eventually(async () => {
-    const s = await shim(SHIM);
+    const s = await getShim(SHIM);
     return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 1 ? s : undefined;
   }, 180_000, diagnostics);
   expect(ready.status).toMatchObject({ nodes: 1, nodesReady: 1, nodesFailed: 0 });
@@ -302,15 +305,15 @@ step('a new artifact rolls out again; a pod on the old version keeps running, ne
   cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('long-runner', 'sleep 3600', SHIM)) });
   const running = await podWhen('long-runner', ['Running']);
   const v1Binary = runtimeOf(running);
-  const revisionBefore = (await shim(SHIM)).status.revision;
+  const revisionBefore = (await getShim(SHIM)).status.revision;
 
   // WHEN the Shim gets a new artifact with a new sha256
-  apply({ [SHIM]: version('v2') });
+  apply({ [SHIM]: published('v2') });
 
   // THEN it rolls out again and is Ready on the new revision
   const v2Binary = path.join(installRoot, 'shims', HANDLER, artifacts.v2.sha256.slice(0, 16), `containerd-shim-${HANDLER}-v2`);
   await eventually(async () => {
-    const s = await shim(SHIM);
+    const s = await getShim(SHIM);
     return s.status.revision !== revisionBefore && condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 1;
   }, 180_000, diagnostics);
   expect(containerdConfig().dump).toContain(v2Binary);
@@ -339,11 +342,11 @@ step('an artifact with a wrong sha256 degrades its Shim and leaves the node and 
   const before = containerdConfig();
   const filesBefore = listTree(installRoot);
   // WHEN a second Shim points at the v1 tarball with the v2 tarball's checksum
-  apply({ [SHIM]: version('v2'), [BAD_SHIM]: { location: version('v1').location, sha256: artifacts.v2.sha256 } });
+  apply({ [SHIM]: published('v2'), [BAD_SHIM]: { location: published('v1').location, sha256: artifacts.v2.sha256 } });
 
   // THEN it is Degraded with the reason
   const degraded = await eventually(async () => {
-    const s = await shim(BAD_SHIM);
+    const s = await getShim(BAD_SHIM);
     return condition(s, 'Degraded')?.status === 'True' ? s : undefined;
   }, 180_000, diagnostics);
   expect(condition(degraded, 'Degraded').message).toContain('ChecksumMismatch');
@@ -354,7 +357,7 @@ step('an artifact with a wrong sha256 degrades its Shim and leaves the node and 
   expect(containerdConfig()).toEqual(before);
   expect(listTree(installRoot)).toEqual(filesBefore);
   // AND the first Shim still works
-  expect(condition(await shim(SHIM), 'Ready').status).toBe('True');
+  expect(condition(await getShim(SHIM), 'Ready').status).toBe('True');
   cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('workload-after-bad', 'true', SHIM)) });
   expect((await podWhen('workload-after-bad', ['Succeeded', 'Failed'])).status.phase).toBe('Succeeded');
   await deletePod('workload-after-bad');
