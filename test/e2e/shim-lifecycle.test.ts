@@ -272,6 +272,7 @@ step('before the install, a pod with the shim\'s handler cannot run', async () =
 });
 
 step('synthesized and applied, the Shim installs on the node and a pod runs under the installed binary', async () => {
+  const containerdPid = cluster.containerd.pid();
   // WHEN the app is synthesized and applied server-side
   apply({ [SHIM]: published('v1') });
 
@@ -289,6 +290,7 @@ step('synthesized and applied, the Shim installs on the node and a pod runs unde
   const installed = path.join(installRoot, 'shims', HANDLER, artifacts.v1.sha256.slice(0, 16), `containerd-shim-${HANDLER}-v2`);
   expect(sha256(fs.readFileSync(installed))).toBe(artifacts.v1.shimSha256);
   expect(containerdConfig().dump).toContain(installed);
+  expect(cluster.containerd.pid()).not.toBe(containerdPid);
 
   // WHEN a workload pod uses the RuntimeClass THEN it succeeds under the installed binary
   cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('workload-v1', 'echo hello from the shim > /dev/termination-log', SHIM)) });

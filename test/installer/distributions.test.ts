@@ -6,8 +6,12 @@ import { InstallerOptions, parseOptions } from '../../src/installer/options';
 
 // Distributions are detected from the host's file system (a temp folder laid out like each).
 
+const roots: string[] = [];
+afterAll(() => roots.forEach(root => fs.rmSync(root, { recursive: true, force: true })));
+
 function hostWith(paths: string[]): string {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-host-'));
+  roots.push(root);
   for (const p of paths) {
     const full = path.join(root, p);
     if (p.endsWith('/')) {fs.mkdirSync(full, { recursive: true });} else {
@@ -42,4 +46,11 @@ test('an explicit --distro and --config win over detection', () => {
   const o = options(hostWith(['var/lib/rancher/k3s/agent/etc/containerd/']), ['--distro=containerd', '--config=/etc/custom/containerd.toml']);
   expect(detectDistro(o)).toBe('containerd');
   expect(layoutFor(o, 'containerd', 1)).toMatchObject({ config: '/etc/custom/containerd.toml', effectiveConfig: '/etc/custom/containerd.toml' });
+});
+
+test('host commands enter the host\'s init unless --host-pid names another host process', () => {
+  expect(options(hostWith([])).hostPid).toBe(1);
+  expect(options(hostWith([]), ['--host-pid=4242']).hostPid).toBe(4242);
+  expect(() => options(hostWith([]), ['--host-pid=self'])).toThrow('--host-pid: "self" is not a process id');
+  expect(() => options(hostWith([]), ['--host-pid=0'])).toThrow('--host-pid: "0" is not a process id');
 });

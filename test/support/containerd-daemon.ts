@@ -2,6 +2,7 @@ import { ChildProcess, execFileSync, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
+import { unmountBelow } from './mounts';
 
 /**
  * A real containerd on private root/state/socket folders, under a supervisor that starts it
@@ -17,6 +18,8 @@ export interface ContainerdDaemon {
   readonly restartCommand: string;
   /** The supervisor's process: a process in the host's namespaces that is not PID 1. */
   readonly supervisorPid: number;
+  /** The running daemon's process id (it changes with every restart). */
+  pid(): number;
   ctr(args: string[]): string;
   /** Waits until the daemon answers. */
   waitReady(timeoutMs?: number): Promise<void>;
@@ -33,8 +36,9 @@ export interface CriSettings {
   readonly cniBinDir: string;
 }
 
-export async function startContainerd(binary = '/usr/bin/containerd', dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-containerd-')),
-  cri?: CriSettings): Promise<ContainerdDaemon> {
+export async function startContainerd(binary = '/usr/bin/containerd', folder?: string, cri?: CriSettings): Promise<ContainerdDaemon> {
+  // A folder it made itself goes again on stop(); a given one belongs to the caller.
+  const dir = folder ?? fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-containerd-'));
   const config = path.join(dir, 'etc', 'containerd', 'config.toml');
   const socket = path.join(dir, 'run', 'containerd.sock');
   const log = path.join(dir, 'containerd.log');
@@ -86,11 +90,16 @@ export async function startContainerd(binary = '/usr/bin/containerd', dir = fs.m
     } catch {
       // none left
     }
+    if (folder === undefined) {
+      unmountBelow(dir);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   };
   await waitReady();
   // Like `systemctl restart`, it returns once the old daemon has exited.
   const restartCommand = `old=$(cat ${pidFile}); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done`;
-  return { dir, config, socket, log, restartCommand, supervisorPid: supervisor.pid!, ctr, waitReady, stop };
+  const pid = () => Number(fs.readFileSync(pidFile, 'utf8'));
+  return { dir, config, socket, log, restartCommand, supervisorPid: supervisor.pid!, pid, ctr, waitReady, stop };
 }
 
 async function stopSupervisor(supervisor: ChildProcess, pidFile: string): Promise<void> {

@@ -1,7 +1,8 @@
-import { ChildProcess, execFileSync, spawn } from 'child_process';
+import { ChildProcess, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import { ControlPlane, freePort } from './control-plane';
+import { unmountBelow } from './mounts';
 import { kubeBinary } from './tools';
 
 /** A kubelet that registers one node and runs its pods through a containerd's CRI. */
@@ -101,24 +102,5 @@ function nodeReady(controlPlane: ControlPlane, nodeName: string): boolean {
     return (node.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True');
   } catch {
     return false;
-  }
-}
-
-/**
- * Lazily unmounts everything mounted below `dir` (pods' secret volumes, container root
- * filesystems), deepest first, so that the folder can be removed.
- */
-export function unmountBelow(dir: string): void {
-  const prefix = fs.realpathSync(dir) + '/';
-  const mounts = fs.readFileSync('/proc/self/mounts', 'utf8').split('\n')
-    .map(line => line.split(' ')[1]?.replace(/\\040/g, ' '))
-    .filter((m): m is string => m !== undefined && m.startsWith(prefix))
-    .sort((a, b) => b.length - a.length);
-  for (const mount of mounts) {
-    try {
-      execFileSync('umount', ['-l', mount], { stdio: 'ignore' });
-    } catch {
-      // already gone with its parent
-    }
   }
 }

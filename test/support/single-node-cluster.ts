@@ -3,7 +3,8 @@ import * as os from 'os';
 import * as path from 'path';
 import { ContainerdDaemon, startContainerd } from './containerd-daemon';
 import { ControlPlane, startControlPlane } from './control-plane';
-import { Kubelet, startKubelet, unmountBelow } from './kubelet';
+import { Kubelet, startKubelet } from './kubelet';
+import { unmountBelow } from './mounts';
 import { buildOciImage } from './oci-image';
 
 // A whole single-node cluster on 127.0.0.1, as ../shared/notes/test-cluster.md describes:

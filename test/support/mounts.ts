@@ -1,0 +1,21 @@
+import { execFileSync } from 'child_process';
+import * as fs from 'fs';
+
+/**
+ * Lazily unmounts everything mounted below `dir` (pods' secret volumes, container root
+ * filesystems), deepest first, so that the folder can be removed.
+ */
+export function unmountBelow(dir: string): void {
+  const prefix = fs.realpathSync(dir) + '/';
+  const mounts = fs.readFileSync('/proc/self/mounts', 'utf8').split('\n')
+    .map(line => line.split(' ')[1]?.replace(/\\040/g, ' '))
+    .filter((m): m is string => m !== undefined && m.startsWith(prefix))
+    .sort((a, b) => b.length - a.length);
+  for (const mount of mounts) {
+    try {
+      execFileSync('umount', ['-l', mount], { stdio: 'ignore' });
+    } catch {
+      // already gone with its parent
+    }
+  }
+}
