@@ -115,7 +115,11 @@ project.testTask.prependExec('bash scripts/provision.sh');
 
 project.addTask('e2e', {
   description: 'End-to-end suite on a single-node cluster built from Debian packages (root required)',
-  exec: 'bash scripts/provision.sh && jest --runInBand --testPathIgnorePatterns /node_modules/ --testMatch "<rootDir>/test/e2e/**/*.test.ts"',
+  exec: 'bash scripts/provision.sh && jest --ci --runInBand --coverage=false --testPathIgnorePatterns /node_modules/ --testMatch "<rootDir>/test/e2e/**/*.test.ts"',
+});
+project.addTask('images', {
+  description: 'Build the controller and node-installer images as OCI tarballs without Docker (into dist/images/)',
+  exec: 'ts-node --transpile-only -P tsconfig.json test/support/product-images.ts dist/images',
 });
 project.addTask('bench', {
   description: 'Run the benchmarks (prints figures and ratios against a baseline)',

@@ -300,7 +300,8 @@ export class Installer {
   private removeAndPrune(target: string): void {
     fs.rmSync(target, { recursive: true, force: true });
     const stop = onHost(this.o, this.o.installRoot);
-    for (let d = path.dirname(target); d.startsWith(stop + path.sep) && fs.readdirSync(d).length === 0; d = path.dirname(d)) {
+    // Folders that never existed (nothing was ever installed here) are nothing to prune.
+    for (let d = path.dirname(target); d.startsWith(stop + path.sep) && fs.existsSync(d) && fs.readdirSync(d).length === 0; d = path.dirname(d)) {
       fs.rmdirSync(d);
     }
   }

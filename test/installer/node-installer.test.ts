@@ -250,6 +250,21 @@ describe('install, run, uninstall on a real containerd', () => {
     expect(fs.existsSync(missing)).toBe(false);
   });
 
+  test('uninstalling a handler that was never installed changes nothing, even without an install root', async () => {
+    // GIVEN a node where nothing is installed and the install root does not exist
+    const installRoot = path.join(daemon.dir, 'opt', 'never');
+    const before = hostSnapshot();
+    const pid = containerdPid();
+    // WHEN uninstalling THEN it reports not-installed, restarts nothing and creates nothing
+    const r = await runInstaller('uninstall', [...hostArgs('nevertest'), `--install-root=${installRoot}`]);
+    expect(r.stderr).not.toContain('ENOENT');
+    expect(r.code).toBe(0);
+    expect(r.result.outcome).toBe('not-installed');
+    expect(containerdPid()).toBe(pid);
+    expect(hostSnapshot()).toEqual(before);
+    expect(fs.existsSync(installRoot)).toBe(false);
+  });
+
   test('a bare binary artifact is accepted', async () => {
     const r = await runInstaller('install', [...hostArgs(), `--location=${base}/containerd-shim-rcmtest-v2`, '--restart=none']);
     expect(r.code).toBe(0);

@@ -51,3 +51,15 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
   }, installer);
   return { controller, installer };
 }
+
+// `npx projen images`: the tarballs for `ctr -n k8s.io images import` on a test node.
+if (require.main === module) {
+  const out = path.resolve(process.argv[2] ?? 'dist/images');
+  fs.mkdirSync(out, { recursive: true });
+  buildProductImages(out).then(images => {
+    process.stdout.write(`${images.controller} (${CONTROLLER_IMAGE})\n${images.installer} (${INSTALLER_IMAGE})\n`);
+  }, e => {
+    process.stderr.write(`${(e as Error).message}\n`);
+    process.exit(1);
+  });
+}
