@@ -101,10 +101,19 @@ function synthApp(shims: Record<string, ShimVersion>, ports: { api: number; metr
     JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_PORT', value: String(ports.api) }),
     JsonPatch.remove(`${container}/livenessProbe`),
     JsonPatch.remove(`${container}/readinessProbe`),
-    JsonPatch.replace(`${container}/args/4`, `--metrics-bind-address=127.0.0.1:${ports.metrics}`),
-    JsonPatch.replace(`${container}/args/5`, `--health-probe-bind-address=127.0.0.1:${ports.probes}`),
+    ...bindToLoopback(manager.deployment, ['--metrics-bind-address', '--health-probe-bind-address']),
   );
   return Yaml.stringify(...app.charts.flatMap(c => c.toJson()));
+}
+
+/** Patches that make the controller listen on 127.0.0.1 only (the construct binds every address). */
+function bindToLoopback(deployment: ApiObject, flags: string[]): JsonPatch[] {
+  const args: string[] = deployment.toJson().spec.template.spec.containers[0].args;
+  return flags.map(flag => {
+    const index = args.findIndex(a => a.startsWith(`${flag}=:`));
+    if (index < 0) throw new Error(`the controller has no ${flag}=:<port> argument: ${args.join(' ')}`);
+    return JsonPatch.replace(`/spec/template/spec/containers/0/args/${index}`, args[index].replace('=:', '=127.0.0.1:'));
+  });
 }
 
 let ports: { api: number; metrics: number; probes: number };
@@ -355,6 +364,9 @@ step('an artifact with a wrong sha256 degrades its Shim and leaves the node and 
   expect(condition(degraded, 'Ready').status).toBe('False');
   expect(degraded.status.nodesFailed).toBe(1);
   expect((await nodeLabels())[ShimNodeLabels.stateKey(BAD_SHIM)]).toBe('failed');
+  const warning = await eventually(async () => (await api.get('/api/v1/namespaces/default/events')).items
+    .find((e: any) => e.involvedObject.name === BAD_SHIM && e.reason === 'InstallFailed'), 30_000, diagnostics);
+  expect(warning).toMatchObject({ type: 'Warning', message: expect.stringContaining('ChecksumMismatch') });
   // AND the node is untouched: same containerd config, no new files
   expect(containerdConfig()).toEqual(before);
   expect(listTree(installRoot)).toEqual(filesBefore);
