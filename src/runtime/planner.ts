@@ -118,9 +118,9 @@ function indexJobs(jobs: JobView[]): (node: string, operation: Operation, revisi
   return (node, operation, revision) => (index.get(`${operation}/${node}`) ?? []).find(j => revision === undefined || j.revision === revision);
 }
 
-function describeFailure(job: JobView | undefined): { reason: string; message: string } {
+function describeFailure(job: JobView | undefined, fallbackReason = 'InstallFailed'): { reason: string; message: string } {
   return {
-    reason: job?.result?.reason ?? 'InstallFailed',
+    reason: job?.result?.reason ?? fallbackReason,
     message: job?.result?.message ?? 'the installer Job failed without a result',
   };
 }
@@ -144,6 +144,8 @@ export function plan(input: PlanInput): Plan {
   const revisionOn = (n: NodeView) => (revisionKey ? n.annotations[revisionKey] : undefined);
   const labelled = nodes.filter(n => stateOf(n) !== undefined);
 
+  // Failed uninstalls are retried when their Job expires; meanwhile the status says why.
+  const uninstallFailures: FailedNode[] = [];
   /** One node's uninstall, step by step; true once it is done and the node cleared. */
   const uninstall = (node: NodeView, why: string): boolean => {
     const job = findJob(node.name, 'uninstall');
@@ -153,9 +155,11 @@ export function plan(input: PlanInput): Plan {
       return true;
     }
     if (job?.phase === 'failed') {
+      const failure = describeFailure(job, 'UninstallFailed');
+      uninstallFailures.push({ name: node.name, ...failure });
       if (stateOf(node) !== ShimNodeLabels.FAILED) {
         actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.FAILED });
-        actions.push({ kind: 'event', type: 'Warning', reason: 'UninstallFailed', message: `node ${node.name}: ${describeFailure(job).message}` });
+        actions.push({ kind: 'event', type: 'Warning', reason: 'UninstallFailed', message: `node ${node.name}: ${failure.reason}: ${failure.message}` });
       }
     } else if (!job) {
       if (stateOf(node) !== ShimNodeLabels.UNINSTALLING) actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.UNINSTALLING });
@@ -175,8 +179,10 @@ export function plan(input: PlanInput): Plan {
       nodes: 0,
       ready: 0,
       failed: [],
+      uninstallFailed: uninstallFailures,
       inFlight: remaining,
       stopped: false,
+      deleting: true,
       progressing: { reason: 'Deleting', message: `uninstalling from ${remaining} node(s)` },
     });
     return { actions, status };
@@ -248,7 +254,7 @@ export function plan(input: PlanInput): Plan {
   for (const node of labelled.filter(n => !selectedNames.has(n.name))) uninstall(node, ' (no longer selected)');
 
   const status = buildStatus(shim, previous, now, {
-    revision, nodes: selected.length, ready, failed, inFlight, stopped,
+    revision, nodes: selected.length, ready, failed, uninstallFailed: uninstallFailures, inFlight, stopped,
   });
   return { actions, status };
 }
@@ -258,14 +264,20 @@ interface Tally {
   nodes: number;
   ready: number;
   failed: FailedNode[];
+  /** Nodes whose uninstall failed (deselected ones, or all of them while deleting). */
+  uninstallFailed?: FailedNode[];
   inFlight: number;
   stopped: boolean;
+  deleting?: boolean;
   invalid?: string;
   progressing?: { reason: string; message: string };
 }
 
 function buildStatus(shim: ShimObject, previous: ShimStatus | undefined, now: string, t: Tally): ShimStatus {
-  const failed = [...t.failed].sort((a, b) => (a.name < b.name ? -1 : 1));
+  const byName = (a: FailedNode, b: FailedNode) => (a.name < b.name ? -1 : 1);
+  const failed = [...t.failed].sort(byName);
+  const uninstallFailed = [...t.uninstallFailed ?? []].sort(byName);
+  const allFailed = [...failed, ...uninstallFailed];
   const generation = shim.metadata.generation;
   const cond = (type: string, status: boolean, reason: string, message: string): Condition => {
     const before = previous?.conditions?.find(c => c.type === type);
@@ -281,6 +293,12 @@ function buildStatus(shim: ShimObject, previous: ShimStatus | undefined, now: st
     };
   };
   const first = failed[0];
+  // Install failures come first: they stop the rollout. Uninstall failures are reported too.
+  const worst = first ?? uninstallFailed[0];
+  const degraded = worst
+    ? cond('Degraded', true, first ? 'InstallFailed' : 'UninstallFailed',
+      `node ${worst.name}: ${worst.reason}: ${worst.message}${allFailed.length > 1 ? ` (and ${allFailed.length - 1} more)` : ''}`)
+    : cond('Degraded', false, 'AsExpected', 'no failures');
   const conditions: Condition[] = t.invalid
     ? [
       cond('Ready', false, 'InvalidShim', t.invalid),
@@ -288,22 +306,23 @@ function buildStatus(shim: ShimObject, previous: ShimStatus | undefined, now: st
       cond('Degraded', true, 'InvalidShim', t.invalid),
     ]
     : [
-      cond('Ready', t.nodes === t.ready && failed.length === 0, t.nodes === t.ready ? 'AllNodesReady' : 'Installing',
-        `${t.ready}/${t.nodes} selected nodes run revision ${t.revision}`),
+      t.deleting
+        ? cond('Ready', false, 'Deleting', 'the Shim is being deleted')
+        : cond('Ready', t.nodes === t.ready && failed.length === 0, t.nodes === t.ready ? 'AllNodesReady' : 'Installing',
+          `${t.ready}/${t.nodes} selected nodes run revision ${t.revision}`),
       t.progressing
         ? cond('Progressing', true, t.progressing.reason, t.progressing.message)
         : cond('Progressing', !t.stopped && t.ready < t.nodes, t.stopped ? 'RolloutStopped' : t.ready < t.nodes ? 'RollingOut' : 'Complete',
           t.stopped ? `stopped after a failure on node ${first.name}` : `${t.inFlight} node(s) installing, ${t.ready}/${t.nodes} done`),
-      cond('Degraded', failed.length > 0, failed.length > 0 ? 'InstallFailed' : 'AsExpected',
-        failed.length > 0 ? `node ${first.name}: ${first.reason}: ${first.message}${failed.length > 1 ? ` (and ${failed.length - 1} more)` : ''}` : 'no failures'),
+      degraded,
     ];
   return {
     observedGeneration: generation,
     revision: t.revision,
     nodes: t.nodes,
     nodesReady: t.ready,
-    nodesFailed: failed.length,
-    failedNodes: failed.slice(0, MAX_FAILED_NODES),
+    nodesFailed: allFailed.length,
+    failedNodes: allFailed.slice(0, MAX_FAILED_NODES),
     conditions,
   };
 }

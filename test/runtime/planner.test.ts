@@ -62,6 +62,14 @@ describe('selection', () => {
   });
 });
 
+test('a failed uninstall on a node that left the selection is reported and does not stop the rollout', () => {
+  const s = shim({ nodeSelector: { wasm: 'true' } });
+  const nodes = [node('gone', { [KEY]: 'uninstalling' }), node('new', { wasm: 'true' })];
+  const { actions, status } = run({ shim: s, nodes, jobs: [job('gone', s, 'failed', 'uninstall', { reason: 'ConfigRefused', message: 'bad toml' })] });
+  expect(kinds(actions, 'createJob').map(a => `${a.node}:${a.operation}`)).toEqual(['new:install']);
+  expect(status.conditions.find(c => c.type === 'Degraded')).toMatchObject({ status: 'True', reason: 'UninstallFailed', message: 'node gone: ConfigRefused: bad toml' });
+});
+
 describe('rolling batches', () => {
   const nodes = Array.from({ length: 10 }, (_, i) => node(`n${String(i).padStart(2, '0')}`));
   test.each([
@@ -199,6 +207,20 @@ describe('deletion ordering', () => {
     const done = run({ shim: deleting(s), nodes, jobs: [job('a', s, 'succeeded', 'uninstall'), job('b', s, 'succeeded', 'uninstall')] });
     const order = done.actions.filter(a => a.kind !== 'event').map(a => a.kind);
     expect(order).toEqual(['clearNode', 'clearNode', 'deleteRuntimeClass', 'removeFinalizer']);
+  });
+
+  test('a failed uninstall holds the finalizer and says so: Degraded names the node and the reason, Ready is False', () => {
+    const s = shim();
+    const nodes = [node('a', { [KEY]: 'failed' }), node('b', { [KEY]: 'uninstalling' })];
+    const failure = { reason: 'RestartFailedRolledBack', message: 'containerd failed after the change' };
+    const { actions, status } = run({ shim: deleting(s), nodes, jobs: [job('a', s, 'failed', 'uninstall', failure), job('b', s, 'running', 'uninstall')] });
+    expect(kinds(actions, 'removeFinalizer')).toEqual([]);
+    const byType = Object.fromEntries(status.conditions.map(c => [c.type, c]));
+    expect(byType.Degraded).toMatchObject({ status: 'True', reason: 'UninstallFailed', message: 'node a: RestartFailedRolledBack: containerd failed after the change' });
+    expect(byType.Ready).toMatchObject({ status: 'False', reason: 'Deleting' });
+    expect(byType.Progressing).toMatchObject({ status: 'True', reason: 'Deleting', message: 'uninstalling from 2 node(s)' });
+    expect(status.failedNodes).toEqual([{ name: 'a', ...failure }]);
+    expect(status.nodesFailed).toBe(1);
   });
 
   test('a node that vanished is not waited for', () => {
