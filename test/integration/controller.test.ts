@@ -266,8 +266,27 @@ test('killed mid-rollout, a second replica takes the lease over and converges', 
   }, 60_000, diagnostics);
 });
 
-test('deleting the Shim uninstalls everywhere, then removes labels and RuntimeClass, then releases it', async () => {
+test('deleting the Shim: a failed uninstall holds it and says why; once uninstalled everywhere, labels and RuntimeClass go and it is released', async () => {
+  // GIVEN the uninstall on n1 fails at first
+  verdict = ({ node, operation }) => (operation === 'uninstall' && node === 'n1' ? 'fail' : 'succeed');
   await admin.request('DELETE', `${shimsPath}/spin`);
+  // THEN the Shim stays, held by its finalizer, and says why
+  const held = await eventually(async () => {
+    const s = await getShim();
+    return condition(s, 'Degraded')?.reason === 'UninstallFailed' ? s : undefined;
+  }, 60_000, diagnostics);
+  expect(condition(held, 'Degraded').message).toMatch(/^node n1: ChecksumMismatch: /);
+  expect(condition(held, 'Ready')).toMatchObject({ status: 'False', reason: 'Deleting' });
+  expect(held.metadata.finalizers).toContain('runtime.spinkube.dev/finalizer');
+  expect(await nodeState('n1')).toBe('failed');
+  // WHEN the failed Job expires (as its TTL would make it) and the next uninstall succeeds
+  verdict = () => 'succeed';
+  for (const j of await jobsOf('uninstall')) {
+    if (j.metadata.annotations['runtime.spinkube.dev/node'] === 'n1') {
+      await admin.request('DELETE', `/apis/batch/v1/namespaces/${NS}/jobs/${j.metadata.name}?propagationPolicy=Background`);
+    }
+  }
+  // THEN the Shim is released
   await eventually(async () => {
     try {
       await getShim();
