@@ -4,7 +4,7 @@ import * as fs from 'fs';
 import * as http from 'http';
 import * as net from 'net';
 import * as path from 'path';
-import { ApiObject, App, Chart, JsonPatch, Yaml } from 'cdk8s';
+import { ApiObject, App, Chart, JsonPatch } from 'cdk8s';
 import * as tar from 'tar';
 import { ContainerdRestart, ImagePullPolicy, RuntimeClassManager, ShimNodeLabels } from '../../src';
 import { freePort } from '../support/control-plane';
@@ -103,7 +103,7 @@ function synthApp(shims: Record<string, ShimVersion>, ports: { api: number; metr
     JsonPatch.remove(`${container}/readinessProbe`),
     ...bindToLoopback(manager.deployment, ['--metrics-bind-address', '--health-probe-bind-address']),
   );
-  return Yaml.stringify(...app.charts.flatMap(c => c.toJson()));
+  return app.synthYaml();
 }
 
 /** Patches that make the controller listen on 127.0.0.1 only (the construct binds every address). */
