@@ -111,7 +111,7 @@ describe('the synthesized example on a real API server', () => {
     // GIVEN the applied example
     const before = cp.kubectl(['get', 'shims', '-o', 'jsonpath={range .items[*]}{.metadata.name}={.metadata.generation} {end}']);
     // WHEN a second synth of the app is applied
-    const app = new App({ outdir: fs.mkdtempSync('/tmp/rcm-synth-') });
+    const app = new App();
     new WasmShims(app, 'wasm-shims');
     applyServerSide(app.charts.flatMap(c => c.toJson()));
     // THEN no Shim got a new generation
