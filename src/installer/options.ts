@@ -1,4 +1,5 @@
 import { badInput } from './errors';
+import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from './flags';
 import { isDnsLabel, isSha256 } from '../constructs/validation';
 
 export type Command = 'install' | 'uninstall' | 'status';
@@ -30,13 +31,6 @@ export interface InstallerOptions {
   readonly healthTimeoutSeconds: number;
   readonly downloadTimeoutSeconds: number;
   readonly retries: number;
-}
-
-interface FlagSpec {
-  readonly name: string;
-  readonly arg?: string;
-  readonly repeat?: boolean;
-  readonly help: string;
 }
 
 export const FLAGS: FlagSpec[] = [
@@ -80,64 +74,20 @@ export function helpText(): string {
   ].join('\n');
 }
 
-function envName(flag: string): string {
-  return `RCM_${flag.toUpperCase().replace(/-/g, '_')}`;
-}
-
-function keyValues(values: string[], flag: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const v of values) {
-    const i = v.indexOf('=');
-    if (i <= 0) throw badInput(`--${flag}: "${v}" is not KEY=VALUE`);
-    out[v.slice(0, i)] = v.slice(i + 1);
-  }
-  return out;
-}
-
-function positiveInt(value: string | undefined, flag: string, fallback: number, min = 1): number {
-  if (value === undefined) return fallback;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < min) throw badInput(`--${flag}: "${value}" is not a whole number >= ${min}`);
-  return n;
-}
 
 /** Parses flags (and RCM_* environment variables) into validated options. */
 export function parseOptions(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: string): InstallerOptions | 'help' {
-  const single: Record<string, string> = {};
-  const repeated: Record<string, string[]> = {};
-  const positional: string[] = [];
-  for (const f of FLAGS) {
-    const e = env[envName(f.name)];
-    if (e === undefined || e === '') continue;
-    // Repeated values come one per line (URLs and option values may hold commas).
-    if (f.repeat) repeated[f.name] = e.split('\n').map(s => s.trim()).filter(Boolean);
-    else single[f.name] = e;
+  try {
+    return validated(argv, env, defaultPlatform);
+  } catch (e) {
+    throw e instanceof FlagError ? badInput(e.message) : e;
   }
-  const fromFlags: Record<string, string[]> = {};
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i];
-    if (!arg.startsWith('--')) {
-      positional.push(arg);
-      continue;
-    }
-    const eq = arg.indexOf('=');
-    const name = arg.slice(2, eq > 0 ? eq : undefined);
-    const spec = FLAGS.find(f => f.name === name);
-    if (!spec) throw badInput(`unknown flag --${name} (see --help)`);
-    if (name === 'help') return 'help';
-    let value = 'true';
-    if (spec.arg) {
-      if (eq > 0) value = arg.slice(eq + 1);
-      else if (i + 1 < argv.length) value = argv[++i];
-      else throw badInput(`--${name} needs a value (${spec.arg})`);
-    }
-    (fromFlags[name] ??= []).push(value);
-  }
-  for (const [name, values] of Object.entries(fromFlags)) {
-    const spec = FLAGS.find(f => f.name === name)!;
-    if (spec.repeat) repeated[name] = values;
-    else single[name] = values[values.length - 1];
-  }
+}
+
+function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: string): InstallerOptions | 'help' {
+  const flags = parseFlags(FLAGS, argv, env);
+  if (flags === 'help') return 'help';
+  const { single, repeated, positional } = flags;
 
   const command = positional[0];
   if (command !== 'install' && command !== 'uninstall' && command !== 'status') {
@@ -209,10 +159,10 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv, defaultPlat
     jsonLogs: single['json-logs'] === 'true',
     socket: single.socket,
     platform,
-    maxSizeBytes: positiveInt(single['max-size'], 'max-size', 256 * 1024 * 1024),
-    healthTimeoutSeconds: positiveInt(single['health-timeout'], 'health-timeout', 60),
-    downloadTimeoutSeconds: positiveInt(single['download-timeout'], 'download-timeout', 120),
-    retries: positiveInt(single.retries, 'retries', 3, 0),
+    maxSizeBytes: wholeNumber(single['max-size'], 'max-size', 256 * 1024 * 1024),
+    healthTimeoutSeconds: wholeNumber(single['health-timeout'], 'health-timeout', 60),
+    downloadTimeoutSeconds: wholeNumber(single['download-timeout'], 'download-timeout', 120),
+    retries: wholeNumber(single.retries, 'retries', 3, 0),
   };
 }
 

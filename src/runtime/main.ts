@@ -6,88 +6,64 @@ import { Kube } from './kube';
 import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
 import { installerEnvNameProblem } from '../constructs/validation';
+import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../installer/flags';
 import { Logger } from '../installer/log';
 
-interface Flag {
-  readonly name: string;
-  readonly help: string;
+/** A flag of the controller: every one takes a value, most have a default. */
+interface Flag extends FlagSpec {
   readonly default?: string;
-  /** May be given more than once (from the environment: one value per line). */
-  readonly repeat?: boolean;
 }
 
 const FLAGS: Flag[] = [
-  { name: 'kubeconfig', help: 'kubeconfig file (default: in-cluster config)' },
-  { name: 'namespace', help: 'namespace of the controller and its installer Jobs', default: process.env.POD_NAMESPACE ?? 'runtime-class-manager' },
-  { name: 'installer-image', help: 'node installer image', default: 'ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:0.1.0' },
-  { name: 'installer-image-pull-policy', help: 'Always, IfNotPresent or Never', default: 'IfNotPresent' },
-  { name: 'leader-elect', help: 'elect one active replica through a Lease', default: 'true' },
-  { name: 'lease-duration-seconds', help: 'how long a leader holds the Lease without renewing', default: '15' },
-  { name: 'identity', help: 'this replica in the Lease', default: process.env.POD_NAME ?? `${os.hostname()}-${process.pid}` },
-  { name: 'metrics-bind-address', help: 'address of /metrics', default: ':8080' },
-  { name: 'health-probe-bind-address', help: 'address of /healthz and /readyz', default: ':8081' },
-  { name: 'log-format', help: 'json or text', default: 'json' },
-  { name: 'default-restart-mode', help: 'how installers restart containerd when a Shim does not say: systemd, command, none', default: 'systemd' },
-  { name: 'default-restart-command', help: 'the host command for --default-restart-mode=command' },
-  { name: 'installer-env', help: 'NAME=VALUE added to every installer pod\'s environment (repeatable)', repeat: true },
-  { name: 'job-ttl-seconds', help: 'how long finished installer Jobs are kept', default: '3600' },
-  { name: 'workers', help: 'Shims reconciled in parallel', default: '4' },
-  { name: 'resync-seconds', help: 'period of the full resync', default: '30' },
+  { name: 'kubeconfig', arg: 'FILE', help: 'kubeconfig file (default: in-cluster config)' },
+  { name: 'namespace', arg: 'NAME', help: 'namespace of the controller and its installer Jobs', default: process.env.POD_NAMESPACE ?? 'runtime-class-manager' },
+  { name: 'installer-image', arg: 'IMAGE', help: 'node installer image', default: 'ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:0.1.0' },
+  { name: 'installer-image-pull-policy', arg: 'POLICY', help: 'Always, IfNotPresent or Never', default: 'IfNotPresent' },
+  { name: 'leader-elect', arg: 'BOOL', help: 'elect one active replica through a Lease', default: 'true' },
+  { name: 'lease-duration-seconds', arg: 'N', help: 'how long a leader holds the Lease without renewing', default: '15' },
+  { name: 'identity', arg: 'NAME', help: 'this replica in the Lease', default: process.env.POD_NAME ?? `${os.hostname()}-${process.pid}` },
+  { name: 'metrics-bind-address', arg: 'ADDR', help: 'address of /metrics', default: ':8080' },
+  { name: 'health-probe-bind-address', arg: 'ADDR', help: 'address of /healthz and /readyz', default: ':8081' },
+  { name: 'log-format', arg: 'FORMAT', help: 'json or text', default: 'json' },
+  { name: 'default-restart-mode', arg: 'MODE', help: 'how installers restart containerd when a Shim does not say: systemd, command, none', default: 'systemd' },
+  { name: 'default-restart-command', arg: 'CMD', help: 'the host command for --default-restart-mode=command' },
+  { name: 'installer-env', arg: 'NAME=VALUE', help: 'a variable added to every installer pod\'s environment (repeatable)', repeat: true },
+  { name: 'job-ttl-seconds', arg: 'N', help: 'how long finished installer Jobs are kept', default: '3600' },
+  { name: 'workers', arg: 'N', help: 'Shims reconciled in parallel', default: '4' },
+  { name: 'resync-seconds', arg: 'N', help: 'period of the full resync', default: '30' },
   { name: 'help', help: 'show this help' },
 ];
 
 function helpText(): string {
   return ['Usage: rcm-controller [flags]', '', 'Reconciles Shims into installed nodes, RuntimeClasses and status.', '',
     'Flags (each also read from RCM_<FLAG_IN_UPPER_SNAKE_CASE>; flags win):',
-    ...FLAGS.map(f => `  --${f.name}`.padEnd(34) + f.help + (f.default !== undefined ? ` (default ${f.default})` : ''))].join('\n');
+    ...FLAGS.map(f => `  --${f.name}${f.arg ? ` ${f.arg}` : ''}`.padEnd(44) + f.help + (f.default !== undefined ? ` (default ${f.default})` : ''))].join('\n');
 }
 
 interface Flags {
   readonly values: Record<string, string>;
-  readonly repeated: Record<string, string[]>;
+  /** --installer-env, as Kubernetes env entries. */
+  readonly installerEnv: { name: string; value: string }[];
 }
 
-function parseFlags(argv: string[]): Flags | 'help' {
+function parseArgs(argv: string[]): Flags | 'help' {
+  const parsed = parseFlags(FLAGS, argv, process.env);
+  if (parsed === 'help') return 'help';
+  if (parsed.positional.length > 0) throw new FlagError(`unknown argument ${parsed.positional[0]} (see --help)`);
   const values: Record<string, string> = {};
-  const repeated: Record<string, string[]> = {};
   for (const f of FLAGS) {
-    const env = process.env[`RCM_${f.name.toUpperCase().replace(/-/g, '_')}`];
-    if (f.repeat) repeated[f.name] = (env ?? '').split('\n').filter(line => line.trim() !== '');
-    else if (env !== undefined && env !== '') values[f.name] = env;
-    else if (f.default !== undefined) values[f.name] = f.default;
+    const value = parsed.single[f.name] ?? f.default;
+    if (value !== undefined) values[f.name] = value;
   }
-  const fromArgs = new Set<string>();
-  for (let i = 0; i < argv.length; i++) {
-    const m = /^--([a-z-]+)(?:=(.*))?$/.exec(argv[i]);
-    const flag = m && FLAGS.find(f => f.name === m[1]);
-    if (!m || !flag) throw new Error(`unknown argument ${argv[i]} (see --help)`);
-    if (flag.name === 'help') return 'help';
-    const value = m[2] ?? argv[++i] ?? '';
-    if (!flag.repeat) {
-      values[flag.name] = value;
-      continue;
-    }
-    // Flags replace the environment's list rather than adding to it.
-    if (!fromArgs.has(flag.name)) repeated[flag.name] = [];
-    fromArgs.add(flag.name);
-    repeated[flag.name].push(value);
-  }
-  for (const n of ['lease-duration-seconds', 'job-ttl-seconds', 'workers', 'resync-seconds']) {
-    if (!/^[0-9]+$/.test(values[n]) || Number(values[n]) < 1) throw new Error(`--${n}: "${values[n]}" is not a whole number >= 1`);
-  }
+  for (const n of ['lease-duration-seconds', 'job-ttl-seconds', 'workers', 'resync-seconds']) wholeNumber(values[n], n, 1);
   if (!['systemd', 'command', 'none'].includes(values['default-restart-mode'])) throw new Error(`--default-restart-mode: "${values['default-restart-mode']}" is not systemd, command or none`);
   if (values['default-restart-mode'] === 'command' && !values['default-restart-command']) throw new Error('--default-restart-mode=command needs --default-restart-command');
-  for (const entry of repeated['installer-env']) {
-    const name = entry.slice(0, entry.indexOf('='));
-    const problem = entry.includes('=') ? installerEnvNameProblem(name) : 'is not NAME=VALUE';
-    if (problem) throw new Error(`--installer-env: ${entry.includes('=') ? problem : `"${entry}" ${problem}`}`);
+  const installerEnv = Object.entries(keyValues(parsed.repeated['installer-env'] ?? [], 'installer-env')).map(([name, value]) => ({ name, value }));
+  for (const { name } of installerEnv) {
+    const problem = installerEnvNameProblem(name);
+    if (problem) throw new Error(`--installer-env: ${problem}`);
   }
-  return { values, repeated };
-}
-
-/** NAME=VALUE entries as Kubernetes env entries. */
-function installerEnv(entries: string[]): { name: string; value: string }[] {
-  return entries.map(entry => ({ name: entry.slice(0, entry.indexOf('=')), value: entry.slice(entry.indexOf('=') + 1) }));
+  return { values, installerEnv };
 }
 
 function listen(address: string, handler: http.RequestListener): Promise<http.Server> {
@@ -102,7 +78,7 @@ function listen(address: string, handler: http.RequestListener): Promise<http.Se
 }
 
 async function main(): Promise<void> {
-  const parsed = parseFlags(process.argv.slice(2));
+  const parsed = parseArgs(process.argv.slice(2));
   if (parsed === 'help') {
     process.stdout.write(helpText() + '\n');
     return;
@@ -121,7 +97,7 @@ async function main(): Promise<void> {
     ttlSeconds: Number(flags['job-ttl-seconds']),
     defaultRestartMode: flags['default-restart-mode'],
     defaultRestartCommand: flags['default-restart-command'],
-    installerEnv: installerEnv(parsed.repeated['installer-env']),
+    installerEnv: parsed.installerEnv,
     workers: Number(flags.workers),
     resyncSeconds: Number(flags['resync-seconds']),
   }, log, metrics);
