@@ -1,8 +1,11 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out.
 import { KubernetesObject, makeInformer } from '@kubernetes/client-node';
-import { ANNOTATION_NODE, ANNOTATION_OPERATION, ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
-import { isConflictOrExists, isNotFound, Kube } from './kube';
+import {
+  ANNOTATION_NODE, ANNOTATION_OPERATION, ANNOTATION_SHIM, installerJob, JobSettings, jobView,
+  LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY, ownerReference,
+} from './jobs';
+import { isConflictOrExists, Kube, unlessNotFound } from './kube';
 import { Metrics } from './metrics';
 import { FINALIZER, jobName, plan } from './planner';
 import { WorkQueue } from './queue';
@@ -158,12 +161,8 @@ export class Controller {
     const jobs = this.jobsOf(shim).filter(j => j.metadata.annotations?.[ANNOTATION_NODE] === node
       && (!operation || j.metadata.annotations?.[ANNOTATION_OPERATION] === operation));
     for (const job of jobs) {
-      try {
-        await this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${job.metadata.name}`, { propagationPolicy: 'Background' });
-        this.deletedJobs.add(job.metadata.name);
-      } catch (e) {
-        if (!isNotFound(e)) throw e;
-      }
+      const path = `/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${job.metadata.name}`;
+      if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) this.deletedJobs.add(job.metadata.name);
     }
   }
 
@@ -214,13 +213,9 @@ export class Controller {
         if (action.state === ShimNodeLabels.FAILED) this.metrics.installs.inc({ outcome: 'failure' });
         return;
       case 'clearNode':
-        try {
-          await this.kube.mergePatch(`/api/v1/nodes/${action.node}`, {
-            metadata: { labels: { [ShimNodeLabels.stateKey(name)]: null }, annotations: { [ShimNodeLabels.revisionKey(name)]: null } },
-          });
-        } catch (e) {
-          if (!isNotFound(e)) throw e;
-        }
+        await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${action.node}`, {
+          metadata: { labels: { [ShimNodeLabels.stateKey(name)]: null }, annotations: { [ShimNodeLabels.revisionKey(name)]: null } },
+        }));
         // The node's finished Jobs describe a past that the uninstall ended: should the node
         // be selected again, a fresh install must run under the same (deterministic) name.
         await this.deleteJobs(shim, action.node);
@@ -232,13 +227,7 @@ export class Controller {
         const rcName = shim.spec?.runtimeClass?.name;
         const rc = rcName ? this.runtimeClasses.get(rcName) : undefined;
         const ours = (rc?.metadata?.ownerReferences ?? []).some((o: any) => o.uid === shim.metadata.uid);
-        if (rc && ours) {
-          try {
-            await this.kube.delete(`/apis/node.k8s.io/v1/runtimeclasses/${rcName}`);
-          } catch (e) {
-            if (!isNotFound(e)) throw e;
-          }
-        }
+        if (rc && ours) await unlessNotFound(this.kube.delete(`/apis/node.k8s.io/v1/runtimeclasses/${rcName}`));
         return;
       }
       case 'event':
@@ -254,7 +243,7 @@ export class Controller {
       kind: 'RuntimeClass',
       metadata: {
         name: rc.name,
-        ownerReferences: [{ apiVersion: 'runtime.spinkube.dev/v1alpha1', kind: 'Shim', name: shim.metadata.name, uid: shim.metadata.uid, controller: true, blockOwnerDeletion: true }],
+        ownerReferences: [ownerReference(shim)],
       },
       handler: rc.handler,
       scheduling: {

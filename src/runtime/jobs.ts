@@ -21,6 +21,11 @@ export interface JobSettings {
   readonly installerEnv?: { name: string; value: string }[];
 }
 
+/** The Shim as the controlling owner: the garbage collector removes what it owns with it. */
+export function ownerReference(shim: ShimObject): object {
+  return { apiVersion: 'runtime.spinkube.dev/v1alpha1', kind: 'Shim', name: shim.metadata.name, uid: shim.metadata.uid, controller: true, blockOwnerDeletion: true };
+}
+
 export function installerJob(settings: JobSettings, shim: ShimObject, name: string, node: string, operation: Operation,
   revision: string, artifact?: { location: string; sha256?: string }): any {
   const spec = shim.spec ?? {};
@@ -52,7 +57,7 @@ export function installerJob(settings: JobSettings, shim: ShimObject, name: stri
       namespace: settings.namespace,
       labels,
       annotations,
-      ownerReferences: [{ apiVersion: 'runtime.spinkube.dev/v1alpha1', kind: 'Shim', name: shim.metadata.name, uid: shim.metadata.uid, controller: true, blockOwnerDeletion: true }],
+      ownerReferences: [ownerReference(shim)],
     },
     spec: {
       backoffLimit: 2,

@@ -94,3 +94,17 @@ export function isNotFound(e: unknown): boolean {
 export function isConflictOrExists(e: unknown): boolean {
   return e instanceof ApiError && e.code === 409;
 }
+
+/**
+ * Waits for a request whose object may be gone already, which is as good as done: true when
+ * the request did it, false when the object was gone.
+ */
+export async function unlessNotFound(request: Promise<unknown>): Promise<boolean> {
+  try {
+    await request;
+    return true;
+  } catch (e) {
+    if (!isNotFound(e)) throw e;
+    return false;
+  }
+}

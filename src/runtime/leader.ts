@@ -1,6 +1,6 @@
 // Leader election on a coordination.k8s.io/v1 Lease, guarded by resourceVersion: one
 // replica acts, the others wait; a leader that cannot renew in time steps down.
-import { ApiError, isNotFound, Kube } from './kube';
+import { isConflictOrExists, isNotFound, Kube } from './kube';
 import { Logger } from '../installer/log';
 
 export interface LeaseSettings {
@@ -80,7 +80,7 @@ export class LeaderElector {
         this.lastRenew = Date.now();
         return true;
       } catch (err) {
-        if (err instanceof ApiError && err.code === 409) return false;
+        if (isConflictOrExists(err)) return false;
         throw err;
       }
     }
@@ -103,7 +103,7 @@ export class LeaderElector {
       this.lastRenew = Date.now();
       return true;
     } catch (e) {
-      if (e instanceof ApiError && e.code === 409) return false; // someone else won the race
+      if (isConflictOrExists(e)) return false; // someone else won the race
       throw e;
     }
   }
