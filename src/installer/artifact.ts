@@ -11,27 +11,20 @@ export interface ShimBinary {
   readonly apiVersion: number;
 }
 
-function isGzip(file: string): boolean {
+/** Whether the file starts with these bytes (a format's magic number). */
+function startsWith(file: string, magic: number[]): boolean {
   const fd = fs.openSync(file, 'r');
   try {
-    const head = Buffer.alloc(2);
-    fs.readSync(fd, head, 0, 2, 0);
-    return head[0] === 0x1f && head[1] === 0x8b;
+    const head = Buffer.alloc(magic.length);
+    fs.readSync(fd, head, 0, magic.length, 0);
+    return head.equals(Buffer.from(magic));
   } finally {
     fs.closeSync(fd);
   }
 }
 
-function isElf(file: string): boolean {
-  const fd = fs.openSync(file, 'r');
-  try {
-    const head = Buffer.alloc(4);
-    fs.readSync(fd, head, 0, 4, 0);
-    return head.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]));
-  } finally {
-    fs.closeSync(fd);
-  }
-}
+const GZIP = [0x1f, 0x8b];
+const ELF = [0x7f, 0x45, 0x4c, 0x46];
 
 /**
  * Extracts a .tar.gz into `dir`, refusing (not skipping) anything that could write outside
@@ -58,7 +51,7 @@ export async function extractSafely(archive: string, dir: string): Promise<void>
 export async function unpackShim(artifact: string, workDir: string, shimName: string, sourceName: string): Promise<ShimBinary> {
   const found: string[] = [];
   const candidates: ShimBinary[] = [];
-  if (isGzip(artifact)) {
+  if (startsWith(artifact, GZIP)) {
     const dir = path.join(workDir, 'extracted');
     fs.mkdirSync(dir, { recursive: true });
     await extractSafely(artifact, dir);
@@ -73,7 +66,7 @@ export async function unpackShim(artifact: string, workDir: string, shimName: st
       }
     };
     walk(dir);
-  } else if (isElf(artifact)) {
+  } else if (startsWith(artifact, ELF)) {
     const base = path.basename(new URL(sourceName).pathname);
     const m = SHIM_BINARY.exec(base);
     // A bare binary is named by its URL, or taken as the shim when the URL says nothing.

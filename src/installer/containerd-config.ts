@@ -146,16 +146,11 @@ function withoutHandler(config: Record<string, any>, version: ConfigVersion, han
   return copy;
 }
 
-/** Whether the file declares `handler` (outside our managed block too). */
-export function hasHandler(text: string, version: ConfigVersion, handler: string): boolean {
-  const runtimes = lookup(parseConfig(text), RUNTIMES_PATH[version]);
-  return Boolean(runtimes && typeof runtimes === 'object' && handler in runtimes);
+/** The runtime_type the file gives `handler`, or undefined when it does not declare it. */
+export function handlerRuntimeType(text: string, version: ConfigVersion, handler: string): string | undefined {
+  return lookup(parseConfig(text), [...RUNTIMES_PATH[version], handler, 'runtime_type']);
 }
 
-/**
- * Adds (or replaces our own earlier) handler. Refuses a handler that the file already
- * declares outside a managed block: someone else owns it.
- */
 /** What an edit added besides the blocks, so that undoing it restores the file byte for byte. */
 export interface EditRecord {
   /** A newline after a last line that had none. */
@@ -164,6 +159,10 @@ export interface EditRecord {
   readonly addedVersionLine: boolean;
 }
 
+/**
+ * Adds (or replaces our own earlier) handler. Refuses a handler that the file already
+ * declares outside a managed block: someone else owns it.
+ */
 export function addRuntime(text: string, version: ConfigVersion, entry: RuntimeEntry,
   defaultRuntimes?: Record<string, any>): { text: string } & EditRecord {
   const original = parseConfig(text);

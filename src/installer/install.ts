@@ -4,7 +4,7 @@ import * as path from 'path';
 import { unpackShim } from './artifact';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
-  needsDefaultRuntimes, parseConfig, removeRuntime, RUNTIMES_PATH,
+  handlerRuntimeType, needsDefaultRuntimes, removeRuntime,
 } from './containerd-config';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
@@ -62,6 +62,11 @@ class Timer {
   }
 }
 
+/** Where this handler's binaries live, one folder per version (a host path). */
+function shimsDir(o: InstallerOptions): string {
+  return path.join(o.installRoot, 'shims', o.handler);
+}
+
 /** The state file, as a host path. */
 function stateFile(o: InstallerOptions): string {
   return path.join(o.installRoot, 'state', `${o.handler}.json`);
@@ -83,11 +88,6 @@ function permissions(file: string): number {
 
 function sameOptions(a: Record<string, string>, b: Record<string, string>): boolean {
   return JSON.stringify(Object.entries(a).sort()) === JSON.stringify(Object.entries(b).sort());
-}
-
-function handlerRuntimeType(text: string, version: ConfigVersion, handler: string): string | undefined {
-  const runtimes = RUNTIMES_PATH[version].reduce<any>((n, k) => n?.[k], parseConfig(text));
-  return runtimes?.[handler]?.runtime_type;
 }
 
 export class Installer {
@@ -158,7 +158,7 @@ export class Installer {
       if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
 
       // The versioned path: a new version never overwrites a binary running pods use.
-      const binary = path.join(o.installRoot, 'shims', o.handler, fetched.sha256.slice(0, 16), shim.name);
+      const binary = path.join(shimsDir(o), fetched.sha256.slice(0, 16), shim.name);
       const binaryOnHost = onHost(o, binary);
       const newBinary = !fs.existsSync(binaryOnHost);
       // Undo removes exactly the folders this install created.
@@ -237,9 +237,8 @@ export class Installer {
     const state = readState(o);
     const configFile = onHost(o, state?.configFile ?? layout.config);
     const original = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : undefined;
-    if (original === undefined && !state) {
-      return { ...base, outcome: 'not-installed', message: `handler ${o.handler} is not installed here` };
-    }
+    const notInstalled: InstallResult = { ...base, outcome: 'not-installed', message: `handler ${o.handler} is not installed here` };
+    if (original === undefined && !state) return notInstalled;
     let removed = { text: original ?? '', removed: false };
     if (original !== undefined) {
       try {
@@ -261,14 +260,11 @@ export class Installer {
       });
       this.rotateBackups();
     }
-    this.removeAndPrune(onHost(o, path.join(o.installRoot, 'shims', o.handler)));
+    this.removeAndPrune(onHost(o, shimsDir(o)));
     this.removeAndPrune(statePath(o));
-    if (state) this.changed.push(`removed ${path.join(o.installRoot, 'shims', o.handler)}`);
-    return {
-      ...base,
-      outcome: state || removed.removed ? 'uninstalled' : 'not-installed',
-      message: state || removed.removed ? `handler ${o.handler} uninstalled` : `handler ${o.handler} is not installed here`,
-    };
+    if (state) this.changed.push(`removed ${shimsDir(o)}`);
+    if (!state && !removed.removed) return notInstalled;
+    return { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
   }
 
   /** Our block is still in the file and the binary it names is still there. */
