@@ -8,6 +8,7 @@ import { ApiObject, App, Chart, JsonPatch } from 'cdk8s';
 import * as tar from 'tar';
 import { ContainerdRestart, ImagePullPolicy, RuntimeClassManager, ShimNodeLabels } from '../../src';
 import { freePort } from '../support/control-plane';
+import { tail } from '../support/files';
 import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
 import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from '../support/single-node-cluster';
@@ -137,12 +138,21 @@ function published(v: string): ShimVersion {
   return { location: `${artifactBase}/shim-${v}.tar.gz`, sha256: artifacts[v].sha256 };
 }
 
+/** Where the installer puts a version's binary: its own folder, named by the artifact's sha256. */
+function installedBinary(v: string): string {
+  return path.join(installRoot, 'shims', HANDLER, artifacts[v].sha256.slice(0, 16), `containerd-shim-${HANDLER}-v2`);
+}
+
 /** containerd's configuration: the file, and what containerd makes of it. */
 function containerdConfig(): { file: string; dump: string } {
   return {
     file: fs.readFileSync(cluster.containerd.config, 'utf8'),
     dump: execFileSync('/usr/bin/containerd', ['--config', cluster.containerd.config, 'config', 'dump'], { encoding: 'utf8' }),
   };
+}
+
+function applyObject(object: object): void {
+  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(object) });
 }
 
 function pod(name: string, command: string, runtimeClassName?: string): object {
@@ -167,9 +177,14 @@ async function podWhen(name: string, phases: string[], timeoutMs = 60_000): Prom
   }, timeoutMs, diagnostics);
 }
 
+/** Waits until the API server answers 404 for `apiPath`. */
+async function gone(apiPath: string): Promise<void> {
+  await eventually(async () => api.get(apiPath).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
+}
+
 async function deletePod(name: string): Promise<void> {
   await api.request('DELETE', `/api/v1/namespaces/default/pods/${name}`).catch(() => undefined);
-  await eventually(async () => api.get(`/api/v1/namespaces/default/pods/${name}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
+  await gone(`/api/v1/namespaces/default/pods/${name}`);
 }
 
 /** The runtime containerd started a pod's container with (the shim binary's path, for a path handler). */
@@ -223,10 +238,8 @@ function podLogTails(lines: number): string[] {
   const root = '/var/log/pods';
   if (!fs.existsSync(root)) return [];
   return fs.readdirSync(root).filter(d => d.startsWith(`${NS}_`)).flatMap(podDir =>
-    fs.readdirSync(path.join(root, podDir)).flatMap(container => fs.readdirSync(path.join(root, podDir, container)).map(file => {
-      const text = fs.readFileSync(path.join(root, podDir, container, file), 'utf8');
-      return `--- pod ${podDir} ${container}/${file} (last ${lines} lines) ---\n${text.split('\n').slice(-lines).join('\n')}`;
-    })));
+    fs.readdirSync(path.join(root, podDir)).flatMap(container => fs.readdirSync(path.join(root, podDir, container)).map(file =>
+      `--- pod ${podDir} ${container}/${file} (last ${lines} lines) ---\n${tail(path.join(root, podDir, container, file), lines)}`)));
 }
 
 /** A scenario step whose failure message carries the diagnostics. */
@@ -268,9 +281,9 @@ afterAll(async () => {
 
 step('before the install, a pod with the shim\'s handler cannot run', async () => {
   // GIVEN a RuntimeClass for the handler, but no shim on the node
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass', metadata: { name: 'e2e-probe' }, handler: HANDLER }) });
+  applyObject({ apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass', metadata: { name: 'e2e-probe' }, handler: HANDLER });
   // WHEN a pod uses it
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('before-install', 'true', 'e2e-probe')) });
+  applyObject(pod('before-install', 'true', 'e2e-probe'));
   // THEN containerd refuses the sandbox: it has no runtime for the handler
   const event = await eventually(async () => (await api.get('/api/v1/namespaces/default/events')).items
     .find((e: any) => e.involvedObject.name === 'before-install' && e.reason === 'FailedCreatePodSandBox'), 60_000, diagnostics);
@@ -296,13 +309,13 @@ step('synthesized and applied, the Shim installs on the node and a pod runs unde
   const rc = await api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`);
   expect(rc).toMatchObject({ handler: HANDLER, scheduling: { nodeSelector: { [STATE_LABEL]: 'provisioned' } } });
   // AND the installer ran through the controller's Job, restarting containerd through nsenter
-  const installed = path.join(installRoot, 'shims', HANDLER, artifacts.v1.sha256.slice(0, 16), `containerd-shim-${HANDLER}-v2`);
+  const installed = installedBinary('v1');
   expect(sha256(fs.readFileSync(installed))).toBe(artifacts.v1.shimSha256);
   expect(containerdConfig().dump).toContain(installed);
   expect(cluster.containerd.pid()).not.toBe(containerdPid);
 
   // WHEN a workload pod uses the RuntimeClass THEN it succeeds under the installed binary
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('workload-v1', 'echo hello from the shim > /dev/termination-log', SHIM)) });
+  applyObject(pod('workload-v1', 'echo hello from the shim > /dev/termination-log', SHIM));
   const done = await podWhen('workload-v1', ['Succeeded', 'Failed']);
   expect(done.status.phase).toBe('Succeeded');
   expect(done.spec.nodeName).toBe(cluster.nodeName);
@@ -313,7 +326,7 @@ step('synthesized and applied, the Shim installs on the node and a pod runs unde
 
 step('a new artifact rolls out again; a pod on the old version keeps running, new pods get the new binary', async () => {
   // GIVEN a long-running pod under v1
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('long-runner', 'sleep 3600', SHIM)) });
+  applyObject(pod('long-runner', 'sleep 3600', SHIM));
   const running = await podWhen('long-runner', ['Running']);
   const v1Binary = runtimeOf(running);
   const revisionBefore = (await getShim(SHIM)).status.revision;
@@ -322,7 +335,7 @@ step('a new artifact rolls out again; a pod on the old version keeps running, ne
   apply({ [SHIM]: published('v2') });
 
   // THEN it rolls out again and is Ready on the new revision
-  const v2Binary = path.join(installRoot, 'shims', HANDLER, artifacts.v2.sha256.slice(0, 16), `containerd-shim-${HANDLER}-v2`);
+  const v2Binary = installedBinary('v2');
   await eventually(async () => {
     const s = await getShim(SHIM);
     return s.status.revision !== revisionBefore && condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 1;
@@ -338,7 +351,7 @@ step('a new artifact rolls out again; a pod on the old version keeps running, ne
   expect(runtimeOf(still)).toBe(v1Binary);
 
   // AND a new pod runs the new binary
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('workload-v2', 'echo v2 > /dev/termination-log', SHIM)) });
+  applyObject(pod('workload-v2', 'echo v2 > /dev/termination-log', SHIM));
   const done = await podWhen('workload-v2', ['Succeeded', 'Failed']);
   expect(done.status.phase).toBe('Succeeded');
   expect(runtimeOf(done)).toBe(v2Binary);
@@ -372,7 +385,7 @@ step('an artifact with a wrong sha256 degrades its Shim and leaves the node and 
   expect(listTree(installRoot)).toEqual(filesBefore);
   // AND the first Shim still works
   expect(condition(await getShim(SHIM), 'Ready').status).toBe('True');
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('workload-after-bad', 'true', SHIM)) });
+  applyObject(pod('workload-after-bad', 'true', SHIM));
   expect((await podWhen('workload-after-bad', ['Succeeded', 'Failed'])).status.phase).toBe('Succeeded');
   await deletePod('workload-after-bad');
 });
@@ -389,13 +402,13 @@ step('deleting the Shims uninstalls them and leaves the node as it was', async (
   // AND the labels and the RuntimeClasses are gone
   const labels = await nodeLabels();
   expect(Object.keys(labels).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
-  await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
+  await gone(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`);
   // AND containerd's effective config is the one from before the first install, and no shim files remain
   expect(containerdConfig().dump).toEqual(configBefore.dump);
   expect(listTree(installRoot).filter(f => f.includes('/shims/') || f.includes('/state/'))).toEqual([]);
 
   // AND an ordinary runc pod still runs
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('plain-runc', 'echo still fine > /dev/termination-log')) });
+  applyObject(pod('plain-runc', 'echo still fine > /dev/termination-log'));
   const done = await podWhen('plain-runc', ['Succeeded', 'Failed']);
   expect(done.status.phase).toBe('Succeeded');
   expect(runtimeOf(done)).toBe('io.containerd.runc.v2');

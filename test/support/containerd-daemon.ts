@@ -2,7 +2,9 @@ import { ChildProcess, execFileSync, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { unmountBelow } from './mounts';
+import { stopProcess } from './control-plane';
+import { tail, unmountBelow } from './files';
+import { eventually } from './rest';
 
 /**
  * A real containerd on private root/state/socket folders, under a supervisor that starts it
@@ -71,16 +73,7 @@ export async function startContainerd(binary = '/usr/bin/containerd', folder?: s
 
   const ctr = (args: string[]) => execFileSync('ctr', ['--address', socket, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   const waitReady = async (timeoutMs = 30_000) => {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      try {
-        ctr(['version']);
-        return;
-      } catch {
-        if (Date.now() > deadline) throw new Error(`containerd did not answer within ${timeoutMs} ms:\n${fs.existsSync(log) ? fs.readFileSync(log, 'utf8').split('\n').slice(-20).join('\n') : ''}`);
-        await new Promise(r => setTimeout(r, 200));
-      }
-    }
+    await eventually(async () => ctr(['version']) !== undefined, timeoutMs, () => `containerd did not answer:\n${tail(log, 20)}`);
   };
   const stop = async () => {
     await stopSupervisor(supervisor, pidFile);
@@ -103,9 +96,7 @@ export async function startContainerd(binary = '/usr/bin/containerd', folder?: s
 }
 
 async function stopSupervisor(supervisor: ChildProcess, pidFile: string): Promise<void> {
-  const exited = new Promise(r => supervisor.once('exit', r));
-  supervisor.kill('SIGTERM');
-  await exited;
+  await stopProcess(supervisor);
   try {
     process.kill(Number(fs.readFileSync(pidFile, 'utf8')), 'SIGKILL');
   } catch {

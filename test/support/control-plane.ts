@@ -5,6 +5,8 @@ import * as https from 'https';
 import * as net from 'net';
 import * as os from 'os';
 import * as path from 'path';
+import { tail } from './files';
+import { eventually } from './rest';
 import { kubeBinary } from './tools';
 
 /** What a test needs to talk to the control plane. */
@@ -21,8 +23,6 @@ export interface ControlPlane {
   readonly serviceAccountKey: string;
   /** Working directory (logs are in logs/). */
   readonly dir: string;
-  /** Starts one more process whose log joins logTails() and which stop() ends. */
-  startProcess(name: string, binary: string, args: string[]): ChildProcess;
   /** Run kubectl with the admin kubeconfig; returns stdout. */
   kubectl(args: string[], options?: { input?: string }): string;
   /** Tail of every component's log, for failure messages. */
@@ -71,17 +71,14 @@ function requireBinaries(): void {
   which('openssl');
 }
 
-async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs: number, logs: () => string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      if (await check()) return;
-    } catch {
-      // not up yet
-    }
-    if (Date.now() > deadline) throw new Error(`${what} did not become ready within ${timeoutMs / 1000}s\n${logs()}`);
-    await new Promise(r => setTimeout(r, 250));
-  }
+/** Ends a process: SIGTERM, then SIGKILL if it has not exited within five seconds. */
+export async function stopProcess(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise(r => child.once('exit', r));
+  child.kill('SIGTERM');
+  const escalate = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(escalate);
 }
 
 function httpsGet(url: string, token: string, ca: string): Promise<number> {
@@ -113,20 +110,11 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     processes.push({ name, child });
     return child;
   };
-  const logTails = (lines = 30) => processes.map(({ name }) => {
-    const text = fs.existsSync(path.join(logDir, `${name}.log`)) ? fs.readFileSync(path.join(logDir, `${name}.log`), 'utf8') : '';
-    return `--- ${name} (last ${lines} lines) ---\n${text.split('\n').slice(-lines).join('\n')}`;
-  }).join('\n');
+  const logTails = (lines = 30) => processes
+    .map(({ name }) => `--- ${name} (last ${lines} lines) ---\n${tail(path.join(logDir, `${name}.log`), lines)}`).join('\n');
 
   const stop = async () => {
-    for (const { child } of [...processes].reverse()) {
-      if (child.exitCode !== null || child.signalCode !== null) continue;
-      const exited = new Promise(r => child.once('exit', r));
-      child.kill('SIGTERM');
-      const escalate = setTimeout(() => child.kill('SIGKILL'), 5000);
-      await exited;
-      clearTimeout(escalate);
-    }
+    for (const { child } of [...processes].reverse()) await stopProcess(child);
     fs.rmSync(dir, { recursive: true, force: true });
   };
 
@@ -169,7 +157,8 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     ]);
     const server = `https://127.0.0.1:${apiPort}`;
     const caFile = path.join(certDir, 'apiserver.crt');
-    await waitFor('kube-apiserver', async () => fs.existsSync(caFile) && await httpsGet(`${server}/readyz`, adminToken, caFile) === 200, 60_000, logTails);
+    await eventually(async () => fs.existsSync(caFile) && await httpsGet(`${server}/readyz`, adminToken, caFile) === 200, 60_000,
+      () => `kube-apiserver did not become ready\n${logTails()}`);
 
     const kubeconfig = path.join(dir, 'admin.kubeconfig');
     fs.writeFileSync(kubeconfig, [
@@ -214,7 +203,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     const kubectl = (args: string[], opts: { input?: string } = {}) => execFileSync(kubeBinary('kubectl'), ['--kubeconfig', kubeconfig, ...args], {
       input: opts.input, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'],
     });
-    return { server, kubeconfig, caFile, adminToken, serviceAccountKey: saKey, dir, startProcess: start, kubectl, logTails, stop };
+    return { server, kubeconfig, caFile, adminToken, serviceAccountKey: saKey, dir, kubectl, logTails, stop };
   } catch (e) {
     await stop();
     throw e;

@@ -1,16 +1,13 @@
 import { ChildProcess, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
-import { ControlPlane, freePort } from './control-plane';
-import { unmountBelow } from './mounts';
+import { ControlPlane, freePort, stopProcess } from './control-plane';
+import { tail, unmountBelow } from './files';
 import { kubeBinary } from './tools';
 
 /** A kubelet that registers one node and runs its pods through a containerd's CRI. */
 export interface Kubelet {
   readonly nodeName: string;
-  readonly log: string;
-  /** The kubelet's root folder (pods' volumes are mounted below it). */
-  readonly rootDir: string;
   /** Tail of its log, for failure messages. */
   logTail(lines?: number): string;
   stop(): Promise<void>;
@@ -70,15 +67,9 @@ export async function startKubelet(options: KubeletOptions): Promise<Kubelet> {
   ], { stdio: ['ignore', out, out] });
   fs.closeSync(out);
 
-  const logTail = (lines = 30) => fs.existsSync(log) ? fs.readFileSync(log, 'utf8').split('\n').slice(-lines).join('\n') : '';
+  const logTail = (lines = 30) => tail(log, lines);
   const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise(r => child.once('exit', r));
-      child.kill('SIGTERM');
-      const escalate = setTimeout(() => child.kill('SIGKILL'), 5000);
-      await exited;
-      clearTimeout(escalate);
-    }
+    await stopProcess(child);
     unmountBelow(dir);
   };
 
@@ -93,7 +84,7 @@ export async function startKubelet(options: KubeletOptions): Promise<Kubelet> {
     }
     await new Promise(r => setTimeout(r, 1000));
   }
-  return { nodeName, log, rootDir, logTail, stop };
+  return { nodeName, logTail, stop };
 }
 
 function nodeReady(controlPlane: ControlPlane, nodeName: string): boolean {

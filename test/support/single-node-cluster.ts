@@ -3,8 +3,8 @@ import * as os from 'os';
 import * as path from 'path';
 import { ContainerdDaemon, startContainerd } from './containerd-daemon';
 import { ControlPlane, startControlPlane } from './control-plane';
+import { tail, unmountBelow } from './files';
 import { Kubelet, startKubelet } from './kubelet';
-import { unmountBelow } from './mounts';
 import { buildOciImage } from './oci-image';
 
 // A whole single-node cluster on 127.0.0.1, as ../shared/notes/test-cluster.md describes:
@@ -102,7 +102,7 @@ export async function startSingleNodeCluster(nodeName = 'rcm-e2e-node'): Promise
     const logTails = (lines = 30) => [
       controlPlane.logTails(lines),
       `--- kubelet (last ${lines} lines) ---\n${kubelet.logTail(lines)}`,
-      `--- containerd (last ${lines} lines) ---\n${fs.readFileSync(containerd.log, 'utf8').split('\n').slice(-lines).join('\n')}`,
+      `--- containerd (last ${lines} lines) ---\n${tail(containerd.log, lines)}`,
     ].join('\n');
     return { dir, controlPlane, containerd, kubelet, nodeName, importImage, logTails, stop: stopAll };
   } catch (e) {

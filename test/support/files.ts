@@ -1,6 +1,11 @@
 import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 
+/** The last `lines` lines of a log file (empty when it does not exist yet), for failure messages. */
+export function tail(file: string, lines: number): string {
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n') : '';
+}
+
 /**
  * Lazily unmounts everything mounted below `dir` (pods' secret volumes, container root
  * filesystems), deepest first, so that the folder can be removed.
