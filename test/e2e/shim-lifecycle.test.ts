@@ -340,8 +340,9 @@ step('a new artifact rolls out again; a pod on the old version keeps running, ne
     const s = await getShim(SHIM);
     return s.status.revision !== revisionBefore && condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 1;
   }, 180_000, diagnostics);
-  expect(containerdConfig().dump).toContain(v2Binary);
-  expect(containerdConfig().dump).not.toContain(v1Binary);
+  const { dump } = containerdConfig();
+  expect(dump).toContain(v2Binary);
+  expect(dump).not.toContain(v1Binary);
 
   // AND the old pod was not disturbed: still running, same container, same binary
   const still = await api.get('/api/v1/namespaces/default/pods/long-runner');
