@@ -1,6 +1,7 @@
 import { execFile } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
+import { resolveInHostRoot } from './host-paths';
 import { Distro, InstallerOptions } from './options';
 
 /** Where a distribution keeps the file we edit, its socket and its systemd unit. */
@@ -16,9 +17,12 @@ export interface DistroLayout {
   readonly unit?: string;
 }
 
-/** A path on the host, as seen from the installer (under --host-root). */
+/**
+ * A path on the host, as seen from the installer (under --host-root), with symlinks followed
+ * as the host follows them: a symlinked config is edited through its target, in place.
+ */
 export function onHost(options: Pick<InstallerOptions, 'hostRoot'>, hostPath: string): string {
-  return path.join(options.hostRoot, hostPath);
+  return resolveInHostRoot(options.hostRoot, hostPath);
 }
 
 export function detectDistro(options: InstallerOptions): Distro {
@@ -96,12 +100,18 @@ export async function containerdVersion(options: InstallerOptions): Promise<{ te
   return r.code === 0 && m ? { text: m[1].replace(/^v/, ''), major: Number(m[2]) } : undefined;
 }
 
-/** Writes through a temp file and a rename, so readers see the old or the new file, never half. */
+/**
+ * Writes through a temp file and a rename, so readers see the old or the new file, never half.
+ * `file` must be a resolved path (onHost): the rename replaces whatever is at that path, so a
+ * symlink there would become a plain file. A file that is replaced keeps its owner.
+ */
 export function writeAtomically(file: string, data: string | Buffer, mode = 0o644): void {
   fs.mkdirSync(path.dirname(file), { recursive: true });
+  const previous = fs.existsSync(file) ? fs.statSync(file) : undefined;
   const tmp = `${file}.rcm-tmp-${process.pid}`;
   fs.writeFileSync(tmp, data, { mode });
   fs.chmodSync(tmp, mode);
+  if (previous) fs.chownSync(tmp, previous.uid, previous.gid);
   fs.renameSync(tmp, file);
 }
 

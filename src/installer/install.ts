@@ -9,6 +9,7 @@ import {
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
 import { containerdVersion, detectDistro, DistroLayout, hostCommand, layoutFor, onHost, withHostLock, writeAtomically } from './host';
+import { HostPathError } from './host-paths';
 import { Logger } from './log';
 import { artifactFor, InstallerOptions } from './options';
 
@@ -97,6 +98,15 @@ export class Installer {
   constructor(private readonly o: InstallerOptions, private readonly log: Logger) {}
 
   async run(): Promise<InstallResult> {
+    try {
+      return await this.runUnchecked();
+    } catch (e) {
+      // A host path that cannot be resolved inside the host root (a link loop, a missing host root).
+      throw e instanceof HostPathError ? new InstallerError(ExitCode.CONFIG_FAILED, 'HostPathUnresolvable', e.message) : e;
+    }
+  }
+
+  private async runUnchecked(): Promise<InstallResult> {
     const version = await this.timer.time('detect', () => containerdVersion(this.o));
     const distro = detectDistro(this.o);
     const layout = layoutFor(this.o, distro, version?.major);
