@@ -143,7 +143,7 @@ const TOLERATION_EFFECTS = ['NoSchedule', 'PreferNoSchedule', 'NoExecute'];
 
 /**
  * One Shim custom resource and, by default, its RuntimeClass. The RuntimeClass schedules
- * pods only onto nodes where the controller has marked the shim provisioned.
+ * pods only onto nodes where the controller has recorded the handler as installed.
  */
 export class ShimConstruct extends Construct {
   /** The Shim object's name. */
@@ -213,13 +213,14 @@ export class ShimConstruct extends Construct {
         metadata: {
           name: this.runtimeClassName,
           labels: { 'app.kubernetes.io/managed-by': 'runtime-class-manager' },
-          annotations: { [SYNC_WAVE_ANNOTATION]: SyncWave.SHIM },
+          // The controller adopts this RuntimeClass (and only a RuntimeClass that says so).
+          annotations: { [SYNC_WAVE_ANNOTATION]: SyncWave.SHIM, [ShimNodeLabels.ADOPT_ANNOTATION]: this.name },
         },
         handler: this.handler,
         scheduling: {
-          // Pods land only where the controller has marked the shim installed, not merely
-          // where the Shim's nodeSelector matches.
-          nodeSelector: { [ShimNodeLabels.stateKey(this.name)]: ShimNodeLabels.PROVISIONED },
+          // Pods land only where the controller has recorded this handler as installed, not
+          // merely where the Shim's nodeSelector matches.
+          nodeSelector: { [ShimNodeLabels.handlerKey(this.name)]: this.handler },
           tolerations: props.tolerations?.map(t => ({ ...t })),
         },
         overhead: props.overhead ? { podFixed: { ...props.overhead } } : undefined,

@@ -1,34 +1,26 @@
 // The adapter between the planner and the API server: informers feed caches and a work
-// queue; a reconcile reads the caches, asks the planner, and carries its actions out.
+// queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
+// decision is the planner's; this file only executes typed actions.
 import { KubernetesObject, makeInformer } from '@kubernetes/client-node';
-import {
-  ANNOTATION_NODE, ANNOTATION_OPERATION, ANNOTATION_SHIM, installerJob, JobSettings, jobView,
-  LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY, ownerReference,
-} from './jobs';
+import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, MANAGED_BY } from './jobs';
 import { isConflictOrExists, Kube, unlessNotFound } from './kube';
 import { Metrics } from './metrics';
-import { FINALIZER, jobName, plan } from './planner';
+import { FINALIZER, plan } from './planner';
 import { WorkQueue } from './queue';
-import { Action, NodeView, ShimObject } from './types';
-import { ShimNodeLabels } from '../constructs/node-labels';
+import { Action, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
+import { canonical } from './runtime-class';
 import { Logger } from '../installer/log';
 
 export const FIELD_MANAGER = 'rcm-controller';
 const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
 const EVENTS_NAMESPACE = 'default';
 
-/** JSON with sorted keys: the API server returns objects with its own key order. */
-export function canonical(value: unknown): string {
-  return JSON.stringify(value, (_key, v) => (v && typeof v === 'object' && !Array.isArray(v)
-    ? Object.fromEntries(Object.entries(v).filter(([, x]) => x !== undefined).sort(([a], [b]) => (a < b ? -1 : 1)))
-    : v));
-}
-
 type Cache<T> = { list(): T[]; get(name: string, namespace?: string): T | undefined };
 
 export interface ControllerSettings extends JobSettings {
   readonly workers: number;
   readonly resyncSeconds: number;
+  readonly retry: RetryPolicy;
 }
 
 export class Controller {
@@ -70,8 +62,9 @@ export class Controller {
       job => this.deletedJobs.delete(job.metadata?.name));
     this.pods = await this.watch(`/api/v1/namespaces/${ns}/pods`, byAnnotation, managed);
     this.runtimeClasses = await this.watch('/apis/node.k8s.io/v1/runtimeclasses', rc => {
-      const owner = (rc.metadata?.ownerReferences ?? []).find((o: any) => o.kind === 'Shim');
-      if (owner) this.queue.add(owner.name);
+      for (const o of rc.metadata?.ownerReferences ?? []) if (o.kind === 'Shim') this.queue.add(o.name);
+      // A Shim waiting for this name (a conflict that went away, or one to adopt).
+      for (const s of this.shims.list()) if (s.spec?.runtimeClass?.name === rc.metadata?.name) this.queue.add(s.metadata.name);
     });
     this.synced = true;
     enqueueAll();
@@ -86,8 +79,19 @@ export class Controller {
     await Promise.all(this.informers.map(i => i.stop().catch(() => undefined)));
   }
 
+  /**
+   * An informer whose cache is trusted only after a LIST succeeded: client-node's start()
+   * also resolves after a failed LIST, and an empty node cache would let a Shim being
+   * deleted go while its shim stays on every node (I5).
+   */
   private async watch<T>(path: string, onChange: (o: any) => void, labelSelector?: string, onAddOrDelete?: (o: any) => void): Promise<Cache<T>> {
-    const list = () => this.kube.get(`${path}${labelSelector ? `?labelSelector=${encodeURIComponent(labelSelector)}` : ''}`);
+    let listed!: () => void;
+    const synced = new Promise<void>(resolve => (listed = resolve));
+    const list = async () => {
+      const result = await this.kube.get(`${path}${labelSelector ? `?labelSelector=${encodeURIComponent(labelSelector)}` : ''}`);
+      listed();
+      return result;
+    };
     const informer = makeInformer<KubernetesObject>(this.kube.config, path, list as any, labelSelector);
     for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, onChange);
     if (onAddOrDelete) {
@@ -95,12 +99,16 @@ export class Controller {
       informer.on('add', onAddOrDelete);
     }
     informer.on('error', (err: any) => {
-      // A watch that expired or broke: list again after a pause (the cache stays usable).
+      // A LIST refused or a watch that expired or broke: list again after a pause (the cache
+      // stays usable once it has synced).
       this.log.warn('watch failed, restarting', { path, error: String(err?.message ?? err) });
       setTimeout(() => informer.start().catch(e => this.log.error('restarting a watch failed', { path, error: String(e) })), 2000);
     });
-    await informer.start();
     this.informers.push(informer);
+    await informer.start();
+    await synced;
+    // The informer fills its cache right after our LIST returns: let it.
+    await new Promise(resolve => setImmediate(resolve));
     return informer as unknown as Cache<T>;
   }
 
@@ -128,55 +136,72 @@ export class Controller {
       name: n.metadata.name,
       labels: n.metadata.labels ?? {},
       annotations: n.metadata.annotations ?? {},
-      taints: n.spec?.taints ?? [],
+      ready: (n.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True'),
+      schedulable: !n.spec?.unschedulable,
+      bootID: n.status?.nodeInfo?.bootID || undefined,
     }));
+  }
+
+  /** Every installer Job with its own pods (matched by the Job's uid, not its reusable name). */
+  private jobViews(): JobView[] {
+    const podsByJob = new Map<string, any[]>();
+    for (const pod of this.pods.list()) {
+      const uid = pod.metadata?.labels?.['controller-uid'] ?? pod.metadata?.labels?.['batch.kubernetes.io/controller-uid'];
+      if (uid) podsByJob.set(uid, [...(podsByJob.get(uid) ?? []), pod]);
+    }
+    return this.jobs.list()
+      .filter(j => !this.deletedJobs.has(j.metadata.name))
+      .map(j => jobView(j, podsByJob.get(j.metadata.uid) ?? []))
+      .filter((j): j is JobView => j !== undefined);
+  }
+
+  private runtimeClassViews(shim: ShimObject): RuntimeClassView[] {
+    return this.runtimeClasses.list()
+      .filter(rc => rc.metadata.name === shim.spec?.runtimeClass?.name || (rc.metadata.ownerReferences ?? []).some((o: any) => o.uid === shim.metadata.uid))
+      .map(rc => {
+        const owners = rc.metadata.ownerReferences ?? [];
+        return {
+          name: rc.metadata.name,
+          handler: rc.handler,
+          annotations: rc.metadata.annotations ?? {},
+          shimOwners: owners.filter((o: any) => o.kind === 'Shim' && o.apiVersion?.startsWith('runtime.spinkube.dev/')).map((o: any) => o.uid),
+          foreignOwner: owners.some((o: any) => !(o.kind === 'Shim' && o.apiVersion?.startsWith('runtime.spinkube.dev/'))),
+          nodeSelector: rc.scheduling?.nodeSelector,
+          tolerations: rc.scheduling?.tolerations,
+          overhead: rc.overhead,
+        };
+      });
   }
 
   async reconcile(name: string): Promise<void> {
     const shim = this.shims.get(name);
     if (!shim) return; // gone: its finalizer was released already
-    const podsByJob = new Map<string, any[]>();
-    for (const pod of this.pods.list()) {
-      const job = pod.metadata?.labels?.['job-name'];
-      if (job) podsByJob.set(job, [...(podsByJob.get(job) ?? []), pod]);
-    }
-    const jobs = this.jobsOf(shim)
-      .map(j => jobView(j, podsByJob.get(j.metadata.name) ?? []))
-      .filter((j): j is NonNullable<typeof j> => j !== undefined);
     const result = plan({
       shim,
       nodes: this.nodeViews(),
-      jobs,
+      jobs: this.jobViews(),
       otherShims: this.shims.list().filter(s => s.metadata.name !== name),
+      runtimeClasses: this.runtimeClassViews(shim),
+      retry: this.settings.retry,
       now: new Date().toISOString(),
     });
     for (const action of result.actions) await this.carryOut(shim, action);
-    if (!shim.metadata.deletionTimestamp || (shim.metadata.finalizers ?? []).includes(FINALIZER)) {
-      if (!result.actions.some(a => a.kind === 'removeFinalizer')) await this.writeStatus(shim, result.status);
+    if (!result.actions.some(a => a.kind === 'removeFinalizer')
+      && (!shim.metadata.deletionTimestamp || (shim.metadata.finalizers ?? []).includes(FINALIZER))) {
+      await this.writeStatus(shim, result.status);
     }
+    if (result.requeueAfterSeconds !== undefined) this.queue.addAfter(name, result.requeueAfterSeconds * 1000);
     this.metrics.observeRollout(name, result.status);
   }
 
-  private async deleteJobs(shim: ShimObject, node: string, operation?: string): Promise<void> {
-    const jobs = this.jobsOf(shim).filter(j => j.metadata.annotations?.[ANNOTATION_NODE] === node
-      && (!operation || j.metadata.annotations?.[ANNOTATION_OPERATION] === operation));
-    for (const job of jobs) {
-      const path = `/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${job.metadata.name}`;
-      if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) this.deletedJobs.add(job.metadata.name);
-    }
-  }
-
-  private jobsOf(shim: ShimObject): any[] {
-    return this.jobs.list().filter(j => j.metadata?.labels?.[LABEL_SHIM_UID] === shim.metadata.uid && !this.deletedJobs.has(j.metadata.name));
-  }
-
-  private async writeStatus(shim: ShimObject, status: any): Promise<void> {
+  private async writeStatus(shim: ShimObject, status: ShimStatus): Promise<void> {
     if (canonical(shim.status ?? {}) === canonical(status)) return; // nothing new: no write
     await this.kube.mergePatch(`${SHIMS}/${shim.metadata.name}/status`, { status });
   }
 
   private async carryOut(shim: ShimObject, action: Action): Promise<void> {
     const name = shim.metadata.name;
+    const rcPath = (rc: string) => `/apis/node.k8s.io/v1/runtimeclasses/${rc}`;
     switch (action.kind) {
       case 'addFinalizer':
       case 'removeFinalizer': {
@@ -187,98 +212,42 @@ export class Controller {
         return;
       }
       case 'createJob': {
-        const jobId = jobName(name, action.node, action.operation, action.revision);
-        const job = installerJob(this.settings, shim, jobId, action.node, action.operation, action.revision, action.artifact);
+        const job = installerJob(this.settings, shim, action.job);
         try {
           await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, job);
-          this.log.info('installer job created', { shim: name, node: action.node, operation: action.operation, job: job.metadata.name });
+          this.log.info('installer job created', { shim: name, node: action.job.node, operation: action.job.operation, handler: action.job.handler, attempt: action.job.attempt, job: action.job.name });
         } catch (e) {
           if (!isConflictOrExists(e)) throw e;
         }
         return;
       }
-      case 'setNodeState':
-        await this.kube.mergePatch(`/api/v1/nodes/${action.node}`, {
-          metadata: {
-            labels: { [ShimNodeLabels.stateKey(name)]: action.state },
-            ...(action.revision ? { annotations: { [ShimNodeLabels.revisionKey(name)]: action.revision } } : {}),
-          },
-        });
-        if (action.state === ShimNodeLabels.PROVISIONED) {
-          this.metrics.installs.inc({ outcome: 'success' });
-          // The label now records the success: the Job and its pod would only weigh on the
-          // caches (thousands of them in a large rollout). Failed Jobs stay for inspection.
-          await this.deleteJobs(shim, action.node, 'install');
-        }
-        if (action.state === ShimNodeLabels.FAILED) this.metrics.installs.inc({ outcome: 'failure' });
-        return;
-      case 'clearNode':
-        await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${action.node}`, {
-          metadata: { labels: { [ShimNodeLabels.stateKey(name)]: null }, annotations: { [ShimNodeLabels.revisionKey(name)]: null } },
-        }));
-        // The node's finished Jobs describe a past that the uninstall ended: should the node
-        // be selected again, a fresh install must run under the same (deterministic) name.
-        await this.deleteJobs(shim, action.node);
-        return;
-      case 'applyRuntimeClass':
-        await this.applyRuntimeClass(shim);
-        return;
-      case 'deleteRuntimeClass': {
-        const rcName = shim.spec?.runtimeClass?.name;
-        const rc = rcName ? this.runtimeClasses.get(rcName) : undefined;
-        const ours = (rc?.metadata?.ownerReferences ?? []).some((o: any) => o.uid === shim.metadata.uid);
-        if (rc && ours) await unlessNotFound(this.kube.delete(`/apis/node.k8s.io/v1/runtimeclasses/${rcName}`));
+      case 'deleteJob': {
+        const path = `/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${action.name}`;
+        if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) this.deletedJobs.add(action.name);
         return;
       }
+      case 'writeNode':
+        // A node that is gone has nothing left to record.
+        await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${action.node}`, { metadata: { labels: action.labels, annotations: action.annotations } }));
+        return;
+      case 'applyRuntimeClass': {
+        const rcName = action.object.metadata.name;
+        if (action.replace) await unlessNotFound(this.kube.delete(rcPath(rcName)));
+        await this.kube.apply(rcPath(rcName), action.object, FIELD_MANAGER);
+        if (action.dropSelectorKeys.length > 0) {
+          await this.kube.mergePatch(rcPath(rcName), { scheduling: { nodeSelector: Object.fromEntries(action.dropSelectorKeys.map(k => [k, null])) } });
+        }
+        return;
+      }
+      case 'deleteRuntimeClass':
+        await unlessNotFound(this.kube.delete(rcPath(action.name)));
+        return;
       case 'event':
+        if (action.reason === 'Installed') this.metrics.installs.inc({ outcome: 'success' });
+        if (action.reason === 'InstallFailed') this.metrics.installs.inc({ outcome: 'failure' });
         await this.event(shim, action.type, action.reason, action.message);
         return;
     }
-  }
-
-  private desiredRuntimeClass(shim: ShimObject): any {
-    const rc = shim.spec.runtimeClass;
-    return {
-      apiVersion: 'node.k8s.io/v1',
-      kind: 'RuntimeClass',
-      metadata: {
-        name: rc.name,
-        ownerReferences: [ownerReference(shim)],
-      },
-      handler: rc.handler,
-      scheduling: {
-        nodeSelector: { [ShimNodeLabels.stateKey(shim.metadata.name)]: ShimNodeLabels.PROVISIONED },
-        ...(rc.tolerations ? { tolerations: rc.tolerations } : {}),
-      },
-      ...(rc.overhead ? { overhead: rc.overhead } : {}),
-    };
-  }
-
-  private async applyRuntimeClass(shim: ShimObject): Promise<void> {
-    const desired = this.desiredRuntimeClass(shim);
-    const existing = this.runtimeClasses.get(desired.metadata.name);
-    if (existing && existing.handler !== desired.handler) {
-      // The handler of a RuntimeClass is immutable: replace the object.
-      await this.kube.delete(`/apis/node.k8s.io/v1/runtimeclasses/${desired.metadata.name}`);
-    } else if (existing && this.owns(existing, desired)) {
-      return; // already in shape: no write
-    }
-    await this.kube.apply(`/apis/node.k8s.io/v1/runtimeclasses/${desired.metadata.name}`, desired, FIELD_MANAGER);
-    // Apply cannot take away keys another manager added to the node selector, and a selector
-    // that asks for more than the provisioned label would keep pods off ready nodes.
-    const foreign = Object.keys(existing?.scheduling?.nodeSelector ?? {}).filter(k => !(k in desired.scheduling.nodeSelector));
-    if (foreign.length > 0) {
-      await this.kube.mergePatch(`/apis/node.k8s.io/v1/runtimeclasses/${desired.metadata.name}`,
-        { scheduling: { nodeSelector: Object.fromEntries(foreign.map(k => [k, null])) } });
-    }
-  }
-
-  /** The existing object already holds every field we would apply. */
-  private owns(existing: any, desired: any): boolean {
-    const same = (a: unknown, b: unknown) => canonical(a ?? null) === canonical(b ?? null);
-    const ownerOk = (existing.metadata.ownerReferences ?? []).some((o: any) => o.uid === desired.metadata.ownerReferences[0].uid);
-    return ownerOk && same(existing.handler, desired.handler) && same(existing.scheduling?.nodeSelector, desired.scheduling.nodeSelector)
-      && same(existing.scheduling?.tolerations, desired.scheduling.tolerations) && same(existing.overhead, desired.overhead);
   }
 
   private async event(shim: ShimObject, type: string, reason: string, message: string): Promise<void> {

@@ -1,6 +1,8 @@
 // The installer Job for one node and operation, and the way back from a Job to a JobView.
+// Jobs carry no owner reference: the garbage collector must never delete an uninstall that
+// is restarting containerd (foreground deletion of the Shim would); the planner removes them.
 import { runtimeOptionsOf } from './planner';
-import { JobView, Operation, ShimObject } from './types';
+import { JobRequest, JobView, ShimObject } from './types';
 
 export const MANAGED_BY = 'rcm-controller';
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
@@ -9,6 +11,9 @@ export const ANNOTATION_SHIM = 'runtime.spinkube.dev/shim';
 export const ANNOTATION_NODE = 'runtime.spinkube.dev/node';
 export const ANNOTATION_OPERATION = 'runtime.spinkube.dev/operation';
 export const ANNOTATION_REVISION = 'runtime.spinkube.dev/revision';
+export const ANNOTATION_HANDLER = 'runtime.spinkube.dev/handler';
+export const ANNOTATION_ATTEMPT = 'runtime.spinkube.dev/attempt';
+export const ANNOTATION_SHA256 = 'runtime.spinkube.dev/sha256';
 
 export interface JobSettings {
   readonly namespace: string;
@@ -21,18 +26,15 @@ export interface JobSettings {
   readonly installerEnv?: { name: string; value: string }[];
 }
 
-/** The Shim as the controlling owner: the garbage collector removes what it owns with it. */
-export function ownerReference(shim: ShimObject): object {
-  return { apiVersion: 'runtime.spinkube.dev/v1alpha1', kind: 'Shim', name: shim.metadata.name, uid: shim.metadata.uid, controller: true, blockOwnerDeletion: true };
-}
-
-export function installerJob(settings: JobSettings, shim: ShimObject, name: string, node: string, operation: Operation,
-  revision: string, artifact?: { location: string; sha256?: string }): any {
-  const spec = shim.spec ?? {};
+export function installerJob(settings: JobSettings, shim: ShimObject, request: JobRequest): any {
+  const { name, node, operation, artifact } = request;
+  const spec = shim.spec;
   const restart = spec.restart ?? { mode: settings.defaultRestartMode, command: settings.defaultRestartCommand };
   const env: { name: string; value: string }[] = [
     { name: 'RCM_HOST_ROOT', value: '/host' },
-    { name: 'RCM_HANDLER', value: spec.runtimeClass.handler },
+    // The handler of this operation: an uninstall removes what the node recorded, not what
+    // the spec says today.
+    { name: 'RCM_HANDLER', value: request.handler },
     { name: 'RCM_RESTART', value: restart.mode },
     { name: 'RCM_JSON_LOGS', value: 'true' },
   ];
@@ -43,11 +45,13 @@ export function installerJob(settings: JobSettings, shim: ShimObject, name: stri
   }
   env.push(...settings.installerEnv ?? []);
   const options = Object.entries(runtimeOptionsOf(spec)).map(([k, v]) => `${k}=${v}`);
-  if (options.length > 0) env.push({ name: 'RCM_RUNTIME_OPTION', value: options.join('\n') });
+  if (operation === 'install' && options.length > 0) env.push({ name: 'RCM_RUNTIME_OPTION', value: options.join('\n') });
 
   const labels = { [LABEL_MANAGED_BY]: MANAGED_BY, [LABEL_SHIM_UID]: shim.metadata.uid };
   const annotations = {
-    [ANNOTATION_SHIM]: shim.metadata.name, [ANNOTATION_NODE]: node, [ANNOTATION_OPERATION]: operation, [ANNOTATION_REVISION]: revision,
+    [ANNOTATION_SHIM]: shim.metadata.name, [ANNOTATION_NODE]: node, [ANNOTATION_OPERATION]: operation,
+    [ANNOTATION_HANDLER]: request.handler, [ANNOTATION_REVISION]: request.revision, [ANNOTATION_ATTEMPT]: String(request.attempt),
+    ...(artifact?.sha256 ? { [ANNOTATION_SHA256]: artifact.sha256 } : {}),
   };
   return {
     apiVersion: 'batch/v1',
@@ -57,10 +61,11 @@ export function installerJob(settings: JobSettings, shim: ShimObject, name: stri
       namespace: settings.namespace,
       labels,
       annotations,
-      ownerReferences: [ownerReference(shim)],
     },
     spec: {
-      backoffLimit: 2,
+      // One pod per attempt: the controller retries with its own backoff and records each
+      // attempt on the node, so a failure is seen (and counted) as soon as it happens.
+      backoffLimit: 0,
       activeDeadlineSeconds: 900,
       ttlSecondsAfterFinished: settings.ttlSeconds,
       template: {
@@ -103,11 +108,12 @@ function parseResult(message: string | undefined): JobView['result'] {
   }
 }
 
-/** A Job and its pods as the planner sees them. */
+/** A Job and its pods as the planner sees them (its own pods: matched by the Job's uid). */
 export function jobView(job: any, pods: any[]): JobView | undefined {
   const a = job.metadata?.annotations ?? {};
-  if (!a[ANNOTATION_NODE] || !a[ANNOTATION_OPERATION]) return undefined;
-  const failed = (job.status?.conditions ?? []).some((c: any) => c.type === 'Failed' && c.status === 'True');
+  const shimUid = job.metadata?.labels?.[LABEL_SHIM_UID];
+  if (!a[ANNOTATION_NODE] || !a[ANNOTATION_OPERATION] || !a[ANNOTATION_HANDLER] || !shimUid) return undefined;
+  const failedCondition = (job.status?.conditions ?? []).find((c: any) => c.type === 'Failed' && c.status === 'True');
   const succeeded = (job.status?.succeeded ?? 0) > 0;
   // The newest terminated container tells why (or what) it ended.
   const terminated = pods
@@ -115,12 +121,19 @@ export function jobView(job: any, pods: any[]): JobView | undefined {
     .filter(Boolean)
     .sort((x: any, y: any) => String(x.finishedAt ?? '').localeCompare(String(y.finishedAt ?? '')));
   const last = terminated[terminated.length - 1];
+  const phase = succeeded ? 'succeeded' : failedCondition ? 'failed' : 'running';
   return {
     name: job.metadata.name,
+    shimUid,
     node: a[ANNOTATION_NODE],
     operation: a[ANNOTATION_OPERATION],
-    revision: a[ANNOTATION_REVISION],
-    phase: succeeded ? 'succeeded' : failed ? 'failed' : 'running',
-    result: parseResult(last?.message),
+    handler: a[ANNOTATION_HANDLER],
+    revision: a[ANNOTATION_REVISION] ?? '',
+    ...(a[ANNOTATION_SHA256] ? { sha256: a[ANNOTATION_SHA256] } : {}),
+    attempt: Number(a[ANNOTATION_ATTEMPT] ?? 1) || 1,
+    phase,
+    started: pods.some(p => p.status?.startTime),
+    ...(phase !== 'running' ? { finishedAt: job.status?.completionTime ?? last?.finishedAt ?? failedCondition?.lastTransitionTime } : {}),
+    result: parseResult(last?.message ?? (failedCondition && !last ? `${failedCondition.reason}: ${failedCondition.message}` : undefined)),
   };
 }

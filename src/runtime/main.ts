@@ -29,6 +29,9 @@ const FLAGS: Flag[] = [
   { name: 'default-restart-command', arg: 'CMD', help: 'the host command for --default-restart-mode=command' },
   { name: 'installer-env', arg: 'NAME=VALUE', help: 'a variable added to every installer pod\'s environment (repeatable)', repeat: true },
   { name: 'job-ttl-seconds', arg: 'N', help: 'how long finished installer Jobs are kept', default: '3600' },
+  { name: 'retry-base-seconds', arg: 'N', help: 'delay before retrying a node whose install or uninstall failed; doubled after each failure', default: '30' },
+  { name: 'retry-max-seconds', arg: 'N', help: 'longest delay between two attempts on a node', default: '900' },
+  { name: 'failure-threshold', arg: 'N', help: 'failed attempts after which a node counts as failed (Degraded; the rollout stops)', default: '3' },
   { name: 'workers', arg: 'N', help: 'Shims reconciled in parallel', default: '4' },
   { name: 'resync-seconds', arg: 'N', help: 'period of the full resync', default: '30' },
   { name: 'help', help: 'show this help' },
@@ -55,7 +58,9 @@ function parseArgs(argv: string[]): Flags | 'help' {
     const value = parsed.single[f.name] ?? f.default;
     if (value !== undefined) values[f.name] = value;
   }
-  for (const n of ['lease-duration-seconds', 'job-ttl-seconds', 'workers', 'resync-seconds']) wholeNumber(values[n], n, 1);
+  for (const n of ['lease-duration-seconds', 'job-ttl-seconds', 'workers', 'resync-seconds', 'retry-base-seconds', 'retry-max-seconds', 'failure-threshold']) {
+    wholeNumber(values[n], n, 1);
+  }
   if (!['systemd', 'command', 'none'].includes(values['default-restart-mode'])) throw new Error(`--default-restart-mode: "${values['default-restart-mode']}" is not systemd, command or none`);
   if (values['default-restart-mode'] === 'command' && !values['default-restart-command']) throw new Error('--default-restart-mode=command needs --default-restart-command');
   const installerEnv = Object.entries(keyValues(parsed.repeated['installer-env'] ?? [], 'installer-env')).map(([name, value]) => ({ name, value }));
@@ -100,6 +105,11 @@ async function main(): Promise<void> {
     installerEnv: parsed.installerEnv,
     workers: Number(flags.workers),
     resyncSeconds: Number(flags['resync-seconds']),
+    retry: {
+      baseSeconds: Number(flags['retry-base-seconds']),
+      maxSeconds: Number(flags['retry-max-seconds']),
+      failureThreshold: Number(flags['failure-threshold']),
+    },
   }, log, metrics);
 
   const servers = [

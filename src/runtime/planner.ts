@@ -1,22 +1,40 @@
 // The pure planner: observed state in, actions and status out. No I/O, no clocks except
 // the `now` it is given, so every decision is a table test away.
+//
+// The state model (README, "Where a shim runs"): each node records per Shim what is
+// installed (handler, revision, artifact hash, boot ID) and the last failure; the handler
+// label is the only scheduling gate and is set only while that handler is installed,
+// registered and meant to serve. Every other decision is derived from that record, the
+// running Jobs and the spec, on every pass (level-triggered).
 import * as crypto from 'crypto';
-import { Action, Condition, FailedNode, JobView, NodeView, Operation, Plan, ShimObject, ShimStatus } from './types';
+import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord } from './node-record';
+import { planRuntimeClass } from './runtime-class';
+import {
+  Action, Condition, FailedNode, JobRequest, JobView, NodeView, Operation, Plan, RetryPolicy, RuntimeClassView,
+  ShimObject, ShimSpec, ShimStatus,
+} from './types';
 import { ShimNodeLabels } from '../constructs/node-labels';
 import { isDnsLabel } from '../constructs/validation';
 
 export const FINALIZER = 'runtime.spinkube.dev/finalizer';
+/** A new value of this Shim annotation retries every failed node at once. */
+export const RETRY_ANNOTATION = 'runtime.spinkube.dev/retry';
 export const MAX_FAILED_NODES = 20;
 const OS_LABELS = ['kubernetes.io/os', 'beta.kubernetes.io/os'];
 const ARCH_LABELS = ['kubernetes.io/arch', 'beta.kubernetes.io/arch'];
 
+export const DEFAULT_RETRY: RetryPolicy = { baseSeconds: 30, maxSeconds: 900, failureThreshold: 3 };
+
 export interface PlanInput {
   readonly shim: ShimObject;
   readonly nodes: NodeView[];
-  /** The Jobs this Shim owns. */
+  /** Every installer Job of the controller (other Shims' too: a handler is shared per node). */
   readonly jobs: JobView[];
   /** Every other Shim, for handler and RuntimeClass conflicts. */
   readonly otherShims: ShimObject[];
+  /** The RuntimeClass the spec names (if it exists) and every RuntimeClass this Shim owns. */
+  readonly runtimeClasses: RuntimeClassView[];
+  readonly retry: RetryPolicy;
   readonly now: string;
 }
 
@@ -25,7 +43,7 @@ function hash(...parts: unknown[]): string {
 }
 
 /** The runtime options, merged: `containerdRuntimeOptions` wins over its alias `runtimeOptions`. */
-export function runtimeOptionsOf(spec: any): Record<string, string> {
+export function runtimeOptionsOf(spec: ShimSpec): Record<string, string> {
   return { ...(spec.runtimeOptions ?? {}), ...(spec.containerdRuntimeOptions ?? {}) };
 }
 
@@ -33,10 +51,10 @@ export function runtimeOptionsOf(spec: any): Record<string, string> {
  * What is installed, condensed: a change to the artifacts, checksums, handler or options
  * is a new revision that rolls out again.
  */
-export function revisionOf(spec: any): string {
+export function revisionOf(spec: ShimSpec): string {
   const options = Object.entries(runtimeOptionsOf(spec)).sort(([a], [b]) => (a < b ? -1 : 1));
   const anon = spec.fetchStrategy?.anonHttp ?? {};
-  const platforms = [...(anon.platforms ?? [])].map((p: any) => [p.os, p.arch, p.location, p.sha256 ?? ''])
+  const platforms = [...(anon.platforms ?? [])].map(p => [p.os, p.arch, p.location, p.sha256 ?? ''])
     .sort((a, b) => (a.join('/') < b.join('/') ? -1 : 1));
   return hash(anon.location ?? '', anon.sha256 ?? '', platforms, spec.runtimeClass?.handler, options).slice(0, 10);
 }
@@ -55,29 +73,34 @@ export function platformOf(node: NodeView): string {
 }
 
 /** The artifact for a node: the entry for its platform, else the generic location. */
-export function artifactFor(spec: any, node: NodeView): { location: string; sha256?: string } | undefined {
+export function artifactFor(spec: ShimSpec, node: NodeView): { location: string; sha256?: string } | undefined {
   const anon = spec.fetchStrategy?.anonHttp ?? {};
   const platform = platformOf(node);
-  const match = (anon.platforms ?? []).find((p: any) => `${p.os}/${p.arch}` === platform);
+  const match = (anon.platforms ?? []).find(p => `${p.os}/${p.arch}` === platform);
   if (match) return { location: match.location, sha256: match.sha256 };
   return anon.location ? { location: anon.location, sha256: anon.sha256 } : undefined;
 }
 
-/** How many nodes may install at once. Percentages round up; never less than one. */
-export function maxInFlight(spec: any, selectedNodes: number): number {
+/** How many nodes may run an operation at once. Percentages round up; never less than one. */
+export function maxInFlight(spec: ShimSpec, nodes: number): number {
   const strategy = spec.rolloutStrategy ?? { type: 'recreate' };
   if (strategy.type !== 'rolling') return Number.POSITIVE_INFINITY;
   const max = strategy.rolling?.maxUpdate ?? 1;
   if (typeof max === 'string' && max.endsWith('%')) {
-    return Math.max(1, Math.ceil((selectedNodes * Number(max.slice(0, -1))) / 100));
+    return Math.max(1, Math.ceil((nodes * Number(max.slice(0, -1))) / 100));
   }
   return Math.max(1, Number(max));
 }
 
-/** Deterministic, at most 63 characters, distinct per shim, node, operation and revision. */
-export function jobName(shim: string, node: string, operation: Operation, revision: string): string {
+/** Deterministic (a re-created Job is the same Job), at most 63 characters, distinct per attempt. */
+export function jobName(shim: string, node: string, operation: Operation, handler: string, revision: string, attempt: number, salt = ''): string {
   const prefix = shim.replace(/\./g, '-').slice(0, 30).replace(/-+$/, '');
-  return `rcm-${prefix}-${operation === 'install' ? 'i' : 'u'}-${hash(shim, node, operation, revision).slice(0, 12)}`;
+  return `rcm-${prefix}-${operation === 'install' ? 'i' : 'u'}-${hash(shim, node, operation, handler, revision, attempt, salt).slice(0, 12)}`;
+}
+
+/** The delay before attempt `failed + 1`: doubled per failure, bounded. */
+export function backoffSeconds(policy: RetryPolicy, failed: number): number {
+  return Math.min(policy.maxSeconds, policy.baseSeconds * 2 ** Math.max(0, failed - 1));
 }
 
 function olderThan(a: ShimObject, b: ShimObject): boolean {
@@ -88,11 +111,6 @@ function olderThan(a: ShimObject, b: ShimObject): boolean {
 
 /** Why the Shim cannot be acted on, or undefined. */
 export function invalidReason(shim: ShimObject, others: ShimObject[], selected: NodeView[]): string | undefined {
-  try {
-    ShimNodeLabels.stateKey(shim.metadata.name);
-  } catch (e) {
-    return (e as Error).message;
-  }
   const handler = shim.spec?.runtimeClass?.handler;
   if (typeof handler !== 'string' || !isDnsLabel(handler)) return `handler "${handler}" is not a DNS label`;
   for (const other of others) {
@@ -108,176 +126,274 @@ export function invalidReason(shim: ShimObject, others: ShimObject[], selected: 
   return undefined;
 }
 
-/** Jobs by node and operation: looked up once per node, so a Map instead of a scan. */
-function indexJobs(jobs: JobView[]): (node: string, operation: Operation, revision?: string) => JobView | undefined {
-  const index = new Map<string, JobView[]>();
-  for (const job of jobs) {
-    const key = `${job.operation}/${job.node}`;
-    index.set(key, [...(index.get(key) ?? []), job]);
+const INSTALLED_SUFFIX = `.${ShimNodeLabels.DOMAIN}/installed`;
+
+/** Handlers that other Shims have installed on the node (their records) or are working on (their Jobs). */
+function busyHandlers(node: NodeView, ownInstalledKey: string, otherJobs: JobView[]): Set<string> {
+  const busy = new Set(otherJobs.filter(j => j.phase === 'running').map(j => j.handler));
+  for (const [key, value] of Object.entries(node.annotations)) {
+    if (key === ownInstalledKey || !key.endsWith(INSTALLED_SUFFIX)) continue;
+    try {
+      for (const entry of JSON.parse(value)) if (typeof entry?.handler === 'string') busy.add(entry.handler);
+    } catch {
+      // another Shim's damaged record: its handler label still guards its node
+    }
   }
-  return (node, operation, revision) => (index.get(`${operation}/${node}`) ?? []).find(j => revision === undefined || j.revision === revision);
+  return busy;
 }
 
-function describeFailure(job: JobView | undefined, fallbackReason = 'InstallFailed'): { reason: string; message: string } {
-  return {
-    reason: job?.result?.reason ?? fallbackReason,
-    message: job?.result?.message ?? 'the installer Job failed without a result',
-  };
+/** The next operation a node needs. */
+interface Step {
+  readonly operation: Operation;
+  readonly handler: string;
+  readonly revision: string;
+  /** A re-run of the current install after a reboot: not a rollout, so neither budgeted nor stopped. */
+  readonly reverify?: boolean;
 }
 
-export function plan(input: PlanInput): Plan {
-  const { shim, nodes, now } = input;
-  const findJob = indexJobs(input.jobs);
-  const name = shim.metadata.name;
-  const actions: Action[] = [];
-  const previous: ShimStatus | undefined = shim.status;
-  const revision = revisionOf(shim.spec ?? {});
-  let stateKey: string | undefined;
-  let revisionKey: string | undefined;
-  try {
-    stateKey = ShimNodeLabels.stateKey(name);
-    revisionKey = ShimNodeLabels.revisionKey(name);
-  } catch {
-    // reported by invalidReason below
-  }
-  const stateOf = (n: NodeView) => (stateKey ? n.labels[stateKey] : undefined);
-  const revisionOn = (n: NodeView) => (revisionKey ? n.annotations[revisionKey] : undefined);
-  const labelled = nodes.filter(n => stateOf(n) !== undefined);
-
-  // Failed uninstalls are retried when their Job expires; meanwhile the status says why.
-  const uninstallFailures: FailedNode[] = [];
-  /** One node's uninstall, step by step; true once it is done and the node cleared. */
-  const uninstall = (node: NodeView, why: string): boolean => {
-    const job = findJob(node.name, 'uninstall');
-    if (job?.phase === 'succeeded') {
-      actions.push({ kind: 'clearNode', node: node.name });
-      actions.push({ kind: 'event', type: 'Normal', reason: 'Uninstalled', message: `removed from node ${node.name}${why}` });
-      return true;
-    }
-    if (job?.phase === 'failed') {
-      const failure = describeFailure(job, 'UninstallFailed');
-      uninstallFailures.push({ name: node.name, ...failure });
-      if (stateOf(node) !== ShimNodeLabels.FAILED) {
-        actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.FAILED });
-        actions.push({ kind: 'event', type: 'Warning', reason: 'UninstallFailed', message: `node ${node.name}: ${failure.reason}: ${failure.message}` });
-      }
-    } else if (!job) {
-      if (stateOf(node) !== ShimNodeLabels.UNINSTALLING) actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.UNINSTALLING });
-      actions.push({ kind: 'createJob', node: node.name, operation: 'uninstall', revision });
-    }
-    return false;
-  };
-
-  // Deletion: uninstall wherever the shim left a label, then let go.
-  if (shim.metadata.deletionTimestamp) {
-    const remaining = labelled.filter(node => !uninstall(node, '')).length;
-    if (remaining === 0 && (shim.metadata.finalizers ?? []).includes(FINALIZER)) {
-      actions.push({ kind: 'deleteRuntimeClass' }, { kind: 'removeFinalizer' });
-    }
-    const status = buildStatus(shim, previous, now, {
-      revision,
-      nodes: 0,
-      ready: 0,
-      failed: [],
-      uninstallFailed: uninstallFailures,
-      inFlight: remaining,
-      stopped: false,
-      deleting: true,
-      progressing: { reason: 'Deleting', message: `uninstalling from ${remaining} node(s)` },
-    });
-    return { actions, status };
-  }
-
-  if (!(shim.metadata.finalizers ?? []).includes(FINALIZER)) actions.push({ kind: 'addFinalizer' });
-  const selected = nodes.filter(n => selects(shim.spec?.nodeSelector, n.labels)).sort((a, b) => (a.name < b.name ? -1 : 1));
-  const invalid = invalidReason(shim, input.otherShims, selected);
-  if (invalid) {
-    const status = buildStatus(shim, previous, now, { revision, nodes: selected.length, ready: 0, failed: [], inFlight: 0, stopped: true, invalid });
-    const known = previous?.conditions?.find(c => c.type === 'Degraded' && c.reason === 'InvalidShim' && c.message === invalid);
-    if (!known) actions.push({ kind: 'event', type: 'Warning', reason: 'InvalidShim', message: invalid });
-    return { actions, status };
-  }
-  actions.push({ kind: 'applyRuntimeClass' });
-
-  const previousFailures = new Map((previous?.failedNodes ?? []).map(f => [f.name, f]));
-  const failed: FailedNode[] = [];
-  const needed: NodeView[] = [];
-  let ready = 0;
-  let inFlight = 0;
-  for (const node of selected) {
-    const state = stateOf(node);
-    const current = revisionOn(node) === revision;
-    const job = findJob(node.name, 'install', revision);
-    if (job?.phase === 'succeeded') {
-      ready++;
-      if (!(state === ShimNodeLabels.PROVISIONED && current)) {
-        actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.PROVISIONED, revision });
-        actions.push({ kind: 'event', type: 'Normal', reason: 'Installed', message: `installed on node ${node.name} (revision ${revision})` });
-      }
-    } else if (job?.phase === 'failed') {
-      const why = describeFailure(job);
-      failed.push({ name: node.name, ...why });
-      if (!(state === ShimNodeLabels.FAILED && current)) {
-        actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.FAILED, revision });
-        actions.push({ kind: 'event', type: 'Warning', reason: 'InstallFailed', message: `node ${node.name}: ${why.reason}: ${why.message}` });
-      }
-    } else if (state === ShimNodeLabels.PROVISIONED && current) {
-      ready++;
-    } else if (state === ShimNodeLabels.FAILED && current) {
-      failed.push(previousFailures.get(node.name) ?? { name: node.name, reason: 'InstallFailed', message: 'the install failed (details expired with its Job)' });
-    } else if (job?.phase === 'running' || (state === ShimNodeLabels.PENDING && current && job)) {
-      inFlight++;
-    } else {
-      needed.push(node);
-    }
-  }
-
-  // A failure stops the rollout: no new installs until the spec changes or the node is fixed.
-  const stopped = failed.length > 0;
-  let budget = maxInFlight(shim.spec ?? {}, selected.length) - inFlight;
-  if (!stopped) {
-    for (const node of needed) {
-      if (budget <= 0) break;
-      budget--;
-      inFlight++;
-      // A node running an older revision stays provisioned (its pods keep working) while
-      // the new one installs; a fresh node is marked pending.
-      if (stateOf(node) !== ShimNodeLabels.PROVISIONED) {
-        actions.push({ kind: 'setNodeState', node: node.name, state: ShimNodeLabels.PENDING, revision });
-      }
-      actions.push({ kind: 'createJob', node: node.name, operation: 'install', revision, artifact: artifactFor(shim.spec, node) });
-    }
-  }
-
-  // Nodes that no longer match: uninstall, then forget.
-  const selectedNames = new Set(selected.map(n => n.name));
-  for (const node of labelled.filter(n => !selectedNames.has(n.name))) uninstall(node, ' (no longer selected)');
-
-  const status = buildStatus(shim, previous, now, {
-    revision, nodes: selected.length, ready, failed, uninstallFailed: uninstallFailures, inFlight, stopped,
-  });
-  return { actions, status };
+interface Candidate {
+  readonly node: NodeView;
+  readonly step: Step;
+  readonly attempt: number;
+  /** A retry of a node that failed: first in line, and it goes on while the rollout is stopped. */
+  readonly retry: boolean;
+  readonly supersedes: JobView[];
 }
 
+/** What one pass found, for the status. */
 interface Tally {
   revision: string;
   nodes: number;
   ready: number;
-  failed: FailedNode[];
-  /** Nodes whose uninstall failed (deselected ones, or all of them while deleting). */
-  uninstallFailed?: FailedNode[];
+  failures: (FailedNode & { exhausted: boolean })[];
   inFlight: number;
+  waitingForNodes: string[];
+  blocked: string[];
+  queued: number;
   stopped: boolean;
-  deleting?: boolean;
+  deleting: boolean;
+  remaining: number;
   invalid?: string;
-  progressing?: { reason: string; message: string };
+  conflict?: string;
+}
+
+function nextStep(record: ReturnType<typeof readRecord>, serving: boolean, desired: { handler: string; revision: string } | undefined, bootID?: string): Step | undefined {
+  const top = record.installed[0];
+  if (!serving) return top ? { operation: 'uninstall', handler: top.handler, revision: top.revision } : undefined;
+  if (!desired) return undefined; // an invalid Shim: the nodes keep what they have
+  if (!top || top.handler !== desired.handler || top.revision !== desired.revision) return { operation: 'install', ...desired };
+  if (top.bootID && bootID && top.bootID !== bootID) return { operation: 'install', ...desired, reverify: true };
+  const stale = record.installed.find(e => e.handler !== desired.handler);
+  return stale ? { operation: 'uninstall', handler: stale.handler, revision: stale.revision } : undefined;
+}
+
+export function plan(input: PlanInput): Plan {
+  const { shim, now, retry: policy } = input;
+  const name = shim.metadata.name;
+  const uid = shim.metadata.uid;
+  const actions: Action[] = [];
+  const deleting = Boolean(shim.metadata.deletionTimestamp);
+  const hasFinalizer = (shim.metadata.finalizers ?? []).includes(FINALIZER);
+  const revision = revisionOf(shim.spec ?? {});
+  const previous = shim.status;
+  const retryToken = shim.metadata.annotations?.[RETRY_ANNOTATION];
+
+  let keys: RecordKeys;
+  try {
+    keys = recordKeys(name);
+  } catch (e) {
+    // No label can name this Shim, so no node can hold anything of it.
+    const invalid = (e as Error).message;
+    if (deleting && hasFinalizer) actions.push({ kind: 'removeFinalizer' });
+    else if (!deleting) actions.push(...invalidEvent(previous, invalid));
+    return { actions, status: buildStatus(shim, previous, now, emptyTally(revision, { invalid, deleting })) };
+  }
+
+  if (!deleting && !hasFinalizer) actions.push({ kind: 'addFinalizer' });
+  const selected = deleting ? [] : input.nodes.filter(n => selects(shim.spec?.nodeSelector, n.labels));
+  const selectedNames = new Set(selected.map(n => n.name));
+  const invalid = deleting ? undefined : invalidReason(shim, input.otherShims, selected);
+  if (invalid) actions.push(...invalidEvent(previous, invalid));
+  const desired = invalid || deleting ? undefined : { handler: shim.spec.runtimeClass.handler, revision };
+
+  const own = new Map<string, JobView[]>();
+  const others = new Map<string, JobView[]>();
+  for (const job of input.jobs) {
+    const index = job.shimUid === uid ? own : others;
+    index.set(job.node, [...(index.get(job.node) ?? []), job]);
+  }
+
+  const tally = emptyTally(revision, { invalid, deleting, nodes: selected.length });
+  const candidates: Candidate[] = [];
+  let traced = 0;
+  let requeueAt: number | undefined;
+  const nowMs = Date.parse(now);
+  const nodeNames = new Set(input.nodes.map(n => n.name));
+
+  for (const node of [...input.nodes].sort((a, b) => (a.name < b.name ? -1 : 1))) {
+    const isSelected = selectedNames.has(node.name);
+    const jobs = own.get(node.name) ?? [];
+    if (!isSelected && jobs.length === 0 && !hasTrace(node, keys)) continue;
+    const serving = !deleting && isSelected;
+    const running = jobs.filter(j => j.phase === 'running');
+    const finished = jobs.filter(j => j.phase !== 'running');
+    const before = readRecord(node, keys);
+    let record = fold(before, finished, { bootID: node.bootID, retryToken, now });
+    actions.push(...resultEvents(node.name, finished, before.failure));
+
+    const step = running.length > 0 ? undefined : nextStep(record, serving, desired, node.bootID);
+    const failure = record.failure;
+    const relevant = failure !== undefined && step !== undefined && failure.operation === step.operation
+      && failure.handler === step.handler && failure.revision === step.revision && failure.retry === retryToken;
+    // A failure of something no longer wanted (a new revision, a retry requested, done since)
+    // is forgotten; while a Job runs, or while an invalid Shim leaves the node alone, it stays.
+    if (failure && !relevant && running.length === 0 && (step !== undefined || desired !== undefined || !serving)) {
+      record = { installed: record.installed };
+    }
+    const patch = nodePatch(node, renderRecord(record, keys, { serving, bootID: node.bootID, failureThreshold: policy.failureThreshold }));
+    if (patch) actions.push({ kind: 'writeNode', node: node.name, ...patch });
+
+    // Finished Jobs are removed once recorded (I8: the TTL controller is not relied on). The
+    // last failed one stays for inspection until it is superseded or no longer relevant.
+    const keep = (j: JobView) => j.phase === 'failed' && record.failure !== undefined && isFailureOf(record.failure, j);
+    const kept = finished.filter(keep);
+    for (const job of finished.filter(j => !keep(j))) actions.push({ kind: 'deleteJob', name: job.name });
+
+    if (record.installed.length > 0 || running.length > 0) traced++;
+    const top = record.installed[0];
+    if (isSelected && desired && top?.handler === desired.handler && top.revision === desired.revision
+      && !(top.bootID && node.bootID && top.bootID !== node.bootID) && running.length === 0) tally.ready++;
+
+    if (running.length > 0) {
+      // A Job that a down node never started holds a slot for nothing: drop it, retry later.
+      if (!node.ready && running.every(j => !j.started)) {
+        for (const job of running) actions.push({ kind: 'deleteJob', name: job.name });
+        tally.waitingForNodes.push(node.name);
+      } else {
+        tally.inFlight++;
+      }
+      continue;
+    }
+    if (!step) continue;
+
+    let attempt = 1;
+    if (relevant) {
+      const exhausted = failure.attempt >= policy.failureThreshold;
+      const nextAt = Date.parse(failure.at) + backoffSeconds(policy, failure.attempt) * 1000;
+      tally.failures.push({
+        name: node.name, operation: failure.operation, reason: failure.reason, message: failure.message,
+        attempts: failure.attempt, nextAttempt: new Date(Number.isNaN(nextAt) ? nowMs : nextAt).toISOString(), exhausted,
+      });
+      attempt = failure.attempt + 1;
+      if (nextAt > nowMs) {
+        requeueAt = Math.min(requeueAt ?? nextAt, nextAt);
+        if (!exhausted) tally.inFlight++; // a node between attempts keeps its slot
+        continue;
+      }
+    }
+    if (!node.ready || !node.schedulable) {
+      tally.waitingForNodes.push(node.name);
+      continue;
+    }
+    if (step.operation === 'install' && busyHandlers(node, keys.installed, others.get(node.name) ?? []).has(step.handler)) {
+      tally.blocked.push(node.name);
+      continue;
+    }
+    candidates.push({ node, step, attempt, retry: relevant, supersedes: kept });
+  }
+
+  // Jobs on nodes that are gone: nothing to record; a running one is left to end by itself.
+  for (const [nodeName, jobs] of own) {
+    if (nodeNames.has(nodeName)) continue;
+    for (const job of jobs) if (job.phase !== 'running' || !job.started) actions.push({ kind: 'deleteJob', name: job.name });
+  }
+
+  // A node that failed as often as allowed stops the rollout of this revision (I6); retries of
+  // failing nodes and removals go on.
+  tally.stopped = tally.failures.some(f => f.exhausted && f.operation === 'install');
+  let budget = maxInFlight(shim.spec ?? {}, deleting ? traced : selected.length) - tally.inFlight;
+  const order = (c: Candidate) => (c.retry ? 0 : c.step.operation === 'uninstall' ? 1 : 2);
+  for (const c of candidates.sort((a, b) => order(a) - order(b))) {
+    const exempt = c.step.reverify === true;
+    if (!exempt && tally.stopped && c.step.operation === 'install' && !c.retry) continue;
+    if (!exempt && budget <= 0) {
+      tally.queued++;
+      continue;
+    }
+    if (!exempt) budget--;
+    tally.inFlight++;
+    for (const job of c.supersedes) actions.push({ kind: 'deleteJob', name: job.name });
+    actions.push({ kind: 'createJob', job: jobRequest(shim, c, retryToken) });
+  }
+
+  tally.remaining = traced;
+  if (deleting) {
+    if (traced === 0 && hasFinalizer) {
+      for (const rc of input.runtimeClasses) if (rc.shimOwners.includes(uid)) actions.push({ kind: 'deleteRuntimeClass', name: rc.name });
+      actions.push({ kind: 'removeFinalizer' });
+    }
+  } else if (!invalid) {
+    const rc = planRuntimeClass(shim, keys, input.runtimeClasses);
+    actions.push(...rc.actions);
+    tally.conflict = rc.conflict;
+  }
+
+  const status = buildStatus(shim, previous, now, tally);
+  if (tally.conflict && !previous?.conditions?.some(c => c.type === 'Degraded' && c.message === tally.conflict)) {
+    actions.push({ kind: 'event', type: 'Warning', reason: 'RuntimeClassConflict', message: tally.conflict });
+  }
+  return {
+    actions,
+    status,
+    ...(requeueAt !== undefined ? { requeueAfterSeconds: Math.max(1, Math.ceil((requeueAt - nowMs) / 1000)) } : {}),
+  };
+}
+
+function jobRequest(shim: ShimObject, c: Candidate, retryToken: string | undefined): JobRequest {
+  const { node, step, attempt } = c;
+  return {
+    name: jobName(shim.metadata.name, node.name, step.operation, step.handler, step.revision, attempt, `${retryToken ?? ''}/${node.bootID ?? ''}`),
+    node: node.name,
+    operation: step.operation,
+    handler: step.handler,
+    revision: step.revision,
+    attempt,
+    ...(step.operation === 'install' ? { artifact: artifactFor(shim.spec, node) } : {}),
+  };
+}
+
+function invalidEvent(previous: ShimStatus | undefined, invalid: string): Action[] {
+  const known = previous?.conditions?.some(c => c.type === 'Degraded' && c.reason === 'InvalidShim' && c.message === invalid);
+  return known ? [] : [{ kind: 'event', type: 'Warning', reason: 'InvalidShim', message: invalid }];
+}
+
+/** One event per finished Job seen for the first time. */
+function resultEvents(node: string, finished: JobView[], recorded: ReturnType<typeof readRecord>['failure']): Action[] {
+  const events: Action[] = [];
+  for (const job of finished) {
+    if (job.phase === 'succeeded') {
+      events.push(job.operation === 'install'
+        ? { kind: 'event', type: 'Normal', reason: 'Installed', message: `installed ${job.handler} on node ${node} (revision ${job.revision})` }
+        : { kind: 'event', type: 'Normal', reason: 'Uninstalled', message: `removed ${job.handler} from node ${node}` });
+    } else if (!(recorded && isFailureOf(recorded, job))) {
+      const reason = job.operation === 'install' ? 'InstallFailed' : 'UninstallFailed';
+      events.push({
+        kind: 'event', type: 'Warning', reason,
+        message: `node ${node}: attempt ${job.attempt}: ${job.result?.reason ?? reason}: ${job.result?.message ?? 'the installer Job failed without a result'}`,
+      });
+    }
+  }
+  return events;
+}
+
+function emptyTally(revision: string, t: { invalid?: string; deleting: boolean; nodes?: number }): Tally {
+  return {
+    revision, nodes: t.nodes ?? 0, ready: 0, failures: [], inFlight: 0, waitingForNodes: [], blocked: [], queued: 0,
+    stopped: false, deleting: t.deleting, remaining: 0, invalid: t.invalid,
+  };
 }
 
 function buildStatus(shim: ShimObject, previous: ShimStatus | undefined, now: string, t: Tally): ShimStatus {
-  const byName = (a: FailedNode, b: FailedNode) => (a.name < b.name ? -1 : 1);
-  const failed = [...t.failed].sort(byName);
-  const uninstallFailed = [...t.uninstallFailed ?? []].sort(byName);
-  const allFailed = [...failed, ...uninstallFailed];
   const generation = shim.metadata.generation;
   const cond = (type: string, status: boolean, reason: string, message: string): Condition => {
     const before = previous?.conditions?.find(c => c.type === type);
@@ -292,37 +408,58 @@ function buildStatus(shim: ShimObject, previous: ShimStatus | undefined, now: st
       observedGeneration: generation,
     };
   };
-  const first = failed[0];
-  // Install failures come first: they stop the rollout. Uninstall failures are reported too.
-  const worst = first ?? uninstallFailed[0];
-  const degraded = worst
-    ? cond('Degraded', true, first ? 'InstallFailed' : 'UninstallFailed',
-      `node ${worst.name}: ${worst.reason}: ${worst.message}${allFailed.length > 1 ? ` (and ${allFailed.length - 1} more)` : ''}`)
-    : cond('Degraded', false, 'AsExpected', 'no failures');
-  const conditions: Condition[] = t.invalid
-    ? [
+  // Nodes that stop the rollout or hold the deletion first, then those still retrying.
+  const failures = [...t.failures].sort((a, b) => Number(b.exhausted) - Number(a.exhausted) || (a.name < b.name ? -1 : 1));
+  const exhausted = failures.filter(f => f.exhausted);
+  const worstInstall = exhausted.find(f => f.operation === 'install');
+  const worst = worstInstall ?? exhausted[0];
+  const describe = (f: FailedNode, n: number) => `node ${f.name}: ${f.reason}: ${f.message}${n > 1 ? ` (and ${n - 1} more)` : ''}`;
+  const retrying = failures.filter(f => !f.exhausted);
+  const notes = [
+    t.waitingForNodes.length ? `${t.waitingForNodes.length} node(s) not Ready or cordoned (${t.waitingForNodes.slice(0, 3).join(', ')})` : '',
+    t.blocked.length ? `${t.blocked.length} node(s) wait for another Shim to release the handler (${t.blocked.slice(0, 3).join(', ')})` : '',
+    retrying.length ? `${retrying.length} node(s) retrying (${retrying[0].name}: attempt ${retrying[0].attempts} failed: ${retrying[0].reason}; next at ${retrying[0].nextAttempt})` : '',
+    t.queued ? `${t.queued} node(s) queued` : '',
+  ].filter(Boolean).join('; ');
+
+  let conditions: Condition[];
+  if (t.invalid) {
+    conditions = [
       cond('Ready', false, 'InvalidShim', t.invalid),
       cond('Progressing', false, 'InvalidShim', t.invalid),
       cond('Degraded', true, 'InvalidShim', t.invalid),
-    ]
-    : [
+    ];
+  } else {
+    const pending = t.inFlight > 0 || t.queued > 0 || t.waitingForNodes.length > 0 || t.blocked.length > 0 || retrying.length > 0;
+    const progressing = t.deleting
+      ? cond('Progressing', true, 'Deleting', `uninstalling from ${t.remaining} node(s)${notes ? `; ${notes}` : ''}`)
+      : t.stopped
+        ? cond('Progressing', false, 'RolloutStopped', `stopped after repeated failures on node ${worstInstall!.name}${notes ? `; ${notes}` : ''}`)
+        : pending || t.ready < t.nodes
+          ? cond('Progressing', true, 'RollingOut', `${t.inFlight} node(s) in progress, ${t.ready}/${t.nodes} done${notes ? `; ${notes}` : ''}`)
+          : cond('Progressing', false, 'Complete', `${t.ready}/${t.nodes} done`);
+    const degraded = worst
+      ? cond('Degraded', true, worst.operation === 'uninstall' ? 'UninstallFailed' : 'InstallFailed', describe(worst, exhausted.length))
+      : t.conflict
+        ? cond('Degraded', true, 'RuntimeClassConflict', t.conflict)
+        : cond('Degraded', false, 'AsExpected', 'no failures');
+    conditions = [
       t.deleting
         ? cond('Ready', false, 'Deleting', 'the Shim is being deleted')
-        : cond('Ready', t.nodes === t.ready && failed.length === 0, t.nodes === t.ready ? 'AllNodesReady' : 'Installing',
+        : cond('Ready', t.nodes === t.ready && !worstInstall, t.nodes === t.ready ? 'AllNodesReady' : 'Installing',
           `${t.ready}/${t.nodes} selected nodes run revision ${t.revision}`),
-      t.progressing
-        ? cond('Progressing', true, t.progressing.reason, t.progressing.message)
-        : cond('Progressing', !t.stopped && t.ready < t.nodes, t.stopped ? 'RolloutStopped' : t.ready < t.nodes ? 'RollingOut' : 'Complete',
-          t.stopped ? `stopped after a failure on node ${first.name}` : `${t.inFlight} node(s) installing, ${t.ready}/${t.nodes} done`),
+      progressing,
       degraded,
     ];
+  }
   return {
     observedGeneration: generation,
     revision: t.revision,
     nodes: t.nodes,
     nodesReady: t.ready,
-    nodesFailed: allFailed.length,
-    failedNodes: allFailed.slice(0, MAX_FAILED_NODES),
+    nodesFailed: exhausted.length,
+    nodesRetrying: retrying.length,
+    failedNodes: failures.slice(0, MAX_FAILED_NODES).map(({ exhausted: _, ...f }) => f),
     conditions,
   };
 }

@@ -1,4 +1,25 @@
-// The controller's view of the world: plain data, so that the planner stays pure.
+// The controller's view of the world: plain data, so that the planner stays pure. The Shim's
+// spec is typed by the classes generated from the CRD (imports/), so a CRD change that the
+// controller does not follow fails to compile.
+import type {
+  ShimSpec as GeneratedShimSpec,
+  ShimSpecRolloutStrategyRollingMaxUpdate,
+  ShimSpecRuntimeClassOverheadPodFixed,
+} from '../../imports/runtime.spinkube.dev';
+
+/**
+ * A generated type as it arrives from the API server: int-or-string wrapper classes are plain
+ * numbers or strings, string enums their string values.
+ */
+export type Wire<T> =
+  T extends ShimSpecRolloutStrategyRollingMaxUpdate | ShimSpecRuntimeClassOverheadPodFixed ? number | string
+    : T extends string ? `${T}`
+      : T extends number | boolean ? T
+        : T extends readonly (infer U)[] ? Wire<U>[]
+          : T extends object ? { readonly [K in keyof T]: Wire<T[K]> }
+            : T;
+
+export type ShimSpec = Wire<GeneratedShimSpec>;
 
 export interface ShimObject {
   metadata: {
@@ -9,28 +30,94 @@ export interface ShimObject {
     deletionTimestamp?: string;
     finalizers?: string[];
     resourceVersion?: string;
+    annotations?: Record<string, string>;
   };
-  spec: any;
-  status?: any;
+  spec: ShimSpec;
+  status?: ShimStatus;
 }
 
 export interface NodeView {
   readonly name: string;
   readonly labels: Record<string, string>;
   readonly annotations: Record<string, string>;
-  readonly taints: { key: string; value?: string; effect: string }[];
+  /** The Ready condition is True. */
+  readonly ready: boolean;
+  /** Not cordoned (`spec.unschedulable`). */
+  readonly schedulable: boolean;
+  /** `status.nodeInfo.bootID`: a new one means the node rebooted (its containerd config may be new). */
+  readonly bootID?: string;
 }
 
 export type Operation = 'install' | 'uninstall';
 
+/** An installer Job as the planner sees it (every Shim's: handlers are shared per node). */
 export interface JobView {
   readonly name: string;
+  readonly shimUid: string;
   readonly node: string;
   readonly operation: Operation;
+  readonly handler: string;
   readonly revision: string;
+  readonly sha256?: string;
+  /** 1 for the first try of this operation on this node, then 2, 3, ... */
+  readonly attempt: number;
   readonly phase: 'running' | 'succeeded' | 'failed';
+  /** Its pod was started by the kubelet (a Job that never started may be dropped safely). */
+  readonly started: boolean;
+  readonly finishedAt?: string;
   /** The installer's result (from the pod's termination message). */
   readonly result?: { reason?: string; message?: string; outcome?: string };
+}
+
+/** What the controller recorded as installed on a node (the `installed` annotation). */
+export interface InstalledEntry {
+  readonly handler: string;
+  readonly revision: string;
+  readonly sha256?: string;
+  /** The node's boot ID when the install last succeeded. */
+  readonly bootID?: string;
+}
+
+/** The last failed operation on a node (the `failure` annotation). */
+export interface FailureRecord {
+  readonly operation: Operation;
+  readonly handler: string;
+  readonly revision: string;
+  readonly attempt: number;
+  readonly reason: string;
+  readonly message: string;
+  /** When it failed. */
+  readonly at: string;
+  /** The Shim's retry annotation when it failed: a new value there retries at once. */
+  readonly retry?: string;
+}
+
+export interface NodeRecord {
+  readonly installed: InstalledEntry[];
+  readonly failure?: FailureRecord;
+}
+
+/** A RuntimeClass as the planner sees it. */
+export interface RuntimeClassView {
+  readonly name: string;
+  readonly handler: string;
+  readonly annotations: Record<string, string>;
+  /** The uids of the Shims among its owners. */
+  readonly shimOwners: string[];
+  /** Any owner that is not a Shim (another operator's object). */
+  readonly foreignOwner: boolean;
+  readonly nodeSelector?: Record<string, string>;
+  readonly tolerations?: unknown[];
+  readonly overhead?: unknown;
+}
+
+export interface RuntimeClassObject {
+  apiVersion: 'node.k8s.io/v1';
+  kind: 'RuntimeClass';
+  metadata: { name: string; ownerReferences: object[] };
+  handler: string;
+  scheduling: { nodeSelector: Record<string, string>; tolerations?: unknown[] };
+  overhead?: unknown;
 }
 
 export interface Condition {
@@ -44,8 +131,13 @@ export interface Condition {
 
 export interface FailedNode {
   name: string;
+  operation?: Operation;
   reason: string;
   message: string;
+  /** Failed attempts so far. */
+  attempts?: number;
+  /** When the next attempt may start. */
+  nextAttempt?: string;
 }
 
 export interface ShimStatus {
@@ -54,21 +146,46 @@ export interface ShimStatus {
   nodes: number;
   nodesReady: number;
   nodesFailed: number;
+  nodesRetrying?: number;
   failedNodes: FailedNode[];
   conditions: Condition[];
+}
+
+export interface JobRequest {
+  readonly name: string;
+  readonly node: string;
+  readonly operation: Operation;
+  readonly handler: string;
+  readonly revision: string;
+  readonly attempt: number;
+  readonly artifact?: { location: string; sha256?: string };
 }
 
 export type Action =
   | { kind: 'addFinalizer' }
   | { kind: 'removeFinalizer' }
-  | { kind: 'createJob'; node: string; operation: Operation; revision: string; artifact?: { location: string; sha256?: string } }
-  | { kind: 'setNodeState'; node: string; state: string; revision?: string }
-  | { kind: 'clearNode'; node: string }
-  | { kind: 'applyRuntimeClass' }
-  | { kind: 'deleteRuntimeClass' }
+  | { kind: 'createJob'; job: JobRequest }
+  | { kind: 'deleteJob'; name: string }
+  /** A merge patch of the node's labels and annotations (null removes). */
+  | { kind: 'writeNode'; node: string; labels: Record<string, string | null>; annotations: Record<string, string | null> }
+  /** Server-side apply; `replace` deletes first (the handler is immutable); `dropSelectorKeys` are other managers' keys. */
+  | { kind: 'applyRuntimeClass'; object: RuntimeClassObject; replace: boolean; dropSelectorKeys: string[] }
+  | { kind: 'deleteRuntimeClass'; name: string }
   | { kind: 'event'; type: 'Normal' | 'Warning'; reason: string; message: string };
 
 export interface Plan {
   readonly actions: Action[];
   readonly status: ShimStatus;
+  /** Reconcile again after this many seconds (a backoff expires), if set. */
+  readonly requeueAfterSeconds?: number;
+}
+
+/** How failed operations are retried. */
+export interface RetryPolicy {
+  /** Delay after the first failure; doubled after each further one. */
+  readonly baseSeconds: number;
+  /** The longest delay. */
+  readonly maxSeconds: number;
+  /** Failed attempts after which a node counts as failed: Degraded, and the rollout stops. */
+  readonly failureThreshold: number;
 }

@@ -1,14 +1,16 @@
+import { POLICY, World } from './planner-world';
 import { ShimNodeLabels } from '../../src/constructs/node-labels';
-import { FINALIZER, jobName, maxInFlight, plan, PlanInput, revisionOf } from '../../src/runtime/planner';
-import { Action, JobView, NodeView, ShimObject } from '../../src/runtime/types';
+import { readRecord, recordKeys } from '../../src/runtime/node-record';
+import { backoffSeconds, FINALIZER, jobName, maxInFlight, plan, PlanInput, RETRY_ANNOTATION, revisionOf } from '../../src/runtime/planner';
+import { Action, JobView, NodeView, ShimObject, ShimSpec } from '../../src/runtime/types';
 
-// Table tests of the pure planner: observed state in, actions and status out.
+// Table tests of the pure planner: observed state in, actions and status out. Scenario tests
+// run it in a small world (planner-world.ts) that checks the invariants after every step.
 
 const NOW = '2026-11-21T00:00:00Z';
-const KEY = ShimNodeLabels.stateKey('spin');
-const REV = ShimNodeLabels.revisionKey('spin');
+const KEYS = recordKeys('spin');
 
-function shim(spec: any = {}, meta: Partial<ShimObject['metadata']> = {}): ShimObject {
+function shim(spec: Partial<ShimSpec> = {}, meta: Partial<ShimObject['metadata']> = {}): ShimObject {
   return {
     metadata: { name: 'spin', uid: 'u1', generation: 1, creationTimestamp: '2026-01-01T00:00:00Z', finalizers: [FINALIZER], ...meta },
     spec: {
@@ -19,24 +21,54 @@ function shim(spec: any = {}, meta: Partial<ShimObject['metadata']> = {}): ShimO
   };
 }
 
-function node(name: string, labels: Record<string, string> = {}, annotations: Record<string, string> = {}): NodeView {
-  return { name, labels: { 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64', ...labels }, annotations, taints: [] };
+function node(name: string, labels: Record<string, string> = {}, annotations: Record<string, string> = {}, extra: Partial<NodeView> = {}): NodeView {
+  return { name, labels: { 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64', ...labels }, annotations, ready: true, schedulable: true, bootID: 'b1', ...extra };
 }
 
 const rev = (s: ShimObject) => revisionOf(s.spec);
-const provisioned = (name: string, s: ShimObject, extra: Record<string, string> = {}) => node(name, { [KEY]: 'provisioned', ...extra }, { [REV]: rev(s) });
+/** A node where the controller recorded the Shim's current revision. */
+const installed = (name: string, s: ShimObject, labels: Record<string, string> = {}, extra: Partial<NodeView> = {}) => node(name,
+  { [KEYS.handler]: s.spec.runtimeClass.handler, [KEYS.state]: 'provisioned', ...labels },
+  { [KEYS.installed]: JSON.stringify([{ handler: s.spec.runtimeClass.handler, revision: rev(s), bootID: 'b1' }]) }, extra);
 
-function job(nodeName: string, s: ShimObject, phase: JobView['phase'], operation: JobView['operation'] = 'install', result?: JobView['result']): JobView {
-  return { name: jobName('spin', nodeName, operation, rev(s)), node: nodeName, operation, revision: rev(s), phase, result };
+function job(nodeName: string, s: ShimObject, phase: JobView['phase'], operation: JobView['operation'] = 'install', more: Partial<JobView> = {}): JobView {
+  const handler = more.handler ?? s.spec.runtimeClass.handler;
+  const revision = more.revision ?? rev(s);
+  const attempt = more.attempt ?? 1;
+  return {
+    name: jobName('spin', nodeName, operation, handler, revision, attempt), shimUid: 'u1', node: nodeName, operation, handler, revision, attempt,
+    phase, started: true, ...(phase !== 'running' ? { finishedAt: NOW } : {}), ...more,
+  };
 }
 
 function run(input: Partial<PlanInput> & { shim: ShimObject }) {
-  return plan({ nodes: [], jobs: [], otherShims: [], now: NOW, ...input });
+  return plan({ nodes: [], jobs: [], otherShims: [], runtimeClasses: [], retry: POLICY, now: NOW, ...input });
 }
 
-const kinds = (actions: Action[], kind: Action['kind']) => actions.filter(a => a.kind === kind) as any[];
+const kinds = <K extends Action['kind']>(actions: Action[], kind: K) => actions.filter(a => a.kind === kind) as Extract<Action, { kind: K }>[];
+const created = (actions: Action[]) => kinds(actions, 'createJob').map(a => `${a.job.node}:${a.job.operation}:${a.job.handler}`);
+const condition = (status: { conditions: { type: string }[] }, type: string) => status.conditions.find(c => c.type === type);
 
-describe('selection', () => {
+function world(nodes: string[], spec: Partial<ShimSpec> = {}): { w: World; s: ShimObject } {
+  const w = new World(nodes);
+  const s = shim(spec, { finalizers: [] });
+  w.shims.push(s);
+  return { w, s };
+}
+
+/** Steps until nothing changes (each step also checks I1). */
+function settle(w: World, name = 'spin', finish: Parameters<World['finish']>[0] = () => 'succeed', rounds = 50): void {
+  for (let i = 0; i < rounds; i++) {
+    if (!w.shims.some(s => s.metadata.name === name)) return;
+    const before = JSON.stringify([w.jobs, [...w.nodes], w.runtimeClass]);
+    w.step(name);
+    w.finish(finish);
+    w.checkOneOperationPerNode();
+    if (JSON.stringify([w.jobs, [...w.nodes], w.runtimeClass]) === before) return;
+  }
+}
+
+describe('selection and the record', () => {
   test.each([
     ['all nodes when there is no selector', undefined, ['a', 'b', 'c']],
     ['only matching nodes', { wasm: 'true' }, ['a', 'c']],
@@ -45,109 +77,404 @@ describe('selection', () => {
     const s = shim({ nodeSelector });
     const nodes = [node('a', { wasm: 'true' }), node('b'), node('c', { wasm: 'true' })];
     const { actions, status } = run({ shim: s, nodes });
-    expect(kinds(actions, 'createJob').map(a => a.node)).toEqual(expected);
+    expect(kinds(actions, 'createJob').map(a => a.job.node)).toEqual(expected);
     expect(status.nodes).toBe(expected.length);
   });
 
-  test('a node that stops matching is uninstalled, then cleared', () => {
-    const s = shim({ nodeSelector: { wasm: 'true' } });
-    const leaving = provisioned('gone', s);
-    const first = run({ shim: s, nodes: [leaving] });
-    expect(first.actions).toEqual(expect.arrayContaining([
-      { kind: 'setNodeState', node: 'gone', state: 'uninstalling' },
-      { kind: 'createJob', node: 'gone', operation: 'uninstall', revision: rev(s) },
-    ]));
-    const done = run({ shim: s, nodes: [node('gone', { [KEY]: 'uninstalling' })], jobs: [job('gone', s, 'succeeded', 'uninstall')] });
-    expect(kinds(done.actions, 'clearNode')).toEqual([{ kind: 'clearNode', node: 'gone' }]);
+  test('a successful install records handler, revision, sha256 and boot ID, sets the gate label, and removes the Job', () => {
+    const s = shim({ fetchStrategy: { type: 'anonymousHttp', anonHttp: { location: 'https://e.com/spin.tgz', sha256: 'a'.repeat(64) } } });
+    const { actions, status } = run({ shim: s, nodes: [node('a')], jobs: [job('a', s, 'succeeded', 'install', { sha256: 'a'.repeat(64) })] });
+    const write = kinds(actions, 'writeNode')[0];
+    expect(write.labels).toEqual({ [KEYS.handler]: 'spin', [KEYS.state]: 'provisioned' });
+    expect(JSON.parse(write.annotations[KEYS.installed]!)).toEqual([{ handler: 'spin', revision: rev(s), sha256: 'a'.repeat(64), bootID: 'b1' }]);
+    // the record first, then the Job goes
+    expect(actions.map(a => a.kind).filter(k => k === 'writeNode' || k === 'deleteJob')).toEqual(['writeNode', 'deleteJob']);
+    expect(status.nodesReady).toBe(1);
+  });
+
+  test('a recorded node plans nothing and needs no Job', () => {
+    const s = shim();
+    const { actions, status } = run({ shim: s, nodes: [installed('a', s)] });
+    expect(actions.map(a => a.kind)).toEqual(['applyRuntimeClass']);
+    expect(status).toMatchObject({ nodes: 1, nodesReady: 1, nodesFailed: 0 });
+    expect(condition(status, 'Ready')).toMatchObject({ status: 'True' });
+  });
+
+  test('a damaged record still names the handler from the gate label, so uninstall removes it', () => {
+    const n = node('a', { [KEYS.handler]: 'spin' }, { [KEYS.installed]: '{not json' });
+    expect(readRecord(n, KEYS).installed).toEqual([{ handler: 'spin', revision: 'unknown' }]);
+    const s = shim({ nodeSelector: { never: 'x' } });
+    expect(created(run({ shim: s, nodes: [n] }).actions)).toEqual(['a:uninstall:spin']);
   });
 });
 
-test('a failed uninstall on a node that left the selection is reported and does not stop the rollout', () => {
-  const s = shim({ nodeSelector: { wasm: 'true' } });
-  const nodes = [node('gone', { [KEY]: 'uninstalling' }), node('new', { wasm: 'true' })];
-  const { actions, status } = run({ shim: s, nodes, jobs: [job('gone', s, 'failed', 'uninstall', { reason: 'ConfigRefused', message: 'bad toml' })] });
-  expect(kinds(actions, 'createJob').map(a => `${a.node}:${a.operation}`)).toEqual(['new:install']);
-  expect(status.conditions.find(c => c.type === 'Degraded')).toMatchObject({ status: 'True', reason: 'UninstallFailed', message: 'node gone: ConfigRefused: bad toml' });
-});
-
-describe('rolling batches', () => {
+describe('rolling batches (installs and uninstalls share the budget, I4)', () => {
   const nodes = Array.from({ length: 10 }, (_, i) => node(`n${String(i).padStart(2, '0')}`));
   test.each([
-    ['recreate: every node at once', { type: 'recreate' }, 10],
-    ['rolling 3', { type: 'rolling', rolling: { maxUpdate: 3 } }, 3],
-    ['rolling 25% of 10 rounds up to 3', { type: 'rolling', rolling: { maxUpdate: '25%' } }, 3],
-    ['rolling 1%: at least one', { type: 'rolling', rolling: { maxUpdate: '1%' } }, 1],
-    ['rolling 100%', { type: 'rolling', rolling: { maxUpdate: '100%' } }, 10],
+    ['recreate: every node at once', { type: 'recreate' as const }, 10],
+    ['rolling 3', { type: 'rolling' as const, rolling: { maxUpdate: 3 } }, 3],
+    ['rolling 25% of 10 rounds up to 3', { type: 'rolling' as const, rolling: { maxUpdate: '25%' } }, 3],
+    ['rolling 1%: at least one', { type: 'rolling' as const, rolling: { maxUpdate: '1%' } }, 1],
+    ['rolling 100%', { type: 'rolling' as const, rolling: { maxUpdate: '100%' } }, 10],
   ])('%s', (_what, rolloutStrategy, expected) => {
-    const { actions } = run({ shim: shim({ rolloutStrategy }), nodes });
-    expect(kinds(actions, 'createJob')).toHaveLength(expected);
-  });
-
-  test('the next batch starts only as earlier ones finish', () => {
-    const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 2 } } });
-    const observed = [
-      node('a', { [KEY]: 'pending' }, { [REV]: rev(s) }), node('b', { [KEY]: 'pending' }, { [REV]: rev(s) }), node('c'), node('d'),
-    ];
-    // two running: nothing new
-    expect(kinds(run({ shim: s, nodes: observed, jobs: [job('a', s, 'running'), job('b', s, 'running')] }).actions, 'createJob')).toEqual([]);
-    // one done: one more starts, and the done node becomes provisioned
-    const next = run({ shim: s, nodes: observed, jobs: [job('a', s, 'succeeded'), job('b', s, 'running')] });
-    expect(kinds(next.actions, 'createJob').map(a => a.node)).toEqual(['c']);
-    expect(next.actions).toContainEqual({ kind: 'setNodeState', node: 'a', state: 'provisioned', revision: rev(s) });
-    expect(next.status.nodesReady).toBe(1);
+    expect(kinds(run({ shim: shim({ rolloutStrategy }), nodes }).actions, 'createJob')).toHaveLength(expected);
   });
 
   test('maxInFlight', () => {
-    expect(maxInFlight({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: '10%' } } }, 2000)).toBe(200);
-    expect(maxInFlight({}, 5)).toBe(Number.POSITIVE_INFINITY);
+    expect(maxInFlight(shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: '10%' } } }).spec, 2000)).toBe(200);
+    expect(maxInFlight(shim().spec, 5)).toBe(Number.POSITIVE_INFINITY);
+  });
+
+  test('a rolling rollout never has more than maxUpdate nodes in flight and ends with every node recorded', () => {
+    const { w, s } = world(['a', 'b', 'c', 'd', 'e'], { rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 2 } } });
+    settle(w);
+    expect(w.peak.get('u1')).toBe(2);
+    expect([...w.hosts.values()].every(h => h.has('spin'))).toBe(true);
+    expect(s.status).toMatchObject({ nodes: 5, nodesReady: 5 });
+    expect(w.jobs).toEqual([]); // finished Jobs removed by the controller (I8)
+  });
+
+  test('item 3: deleting the Shim uninstalls under the same maxUpdate', () => {
+    const { w, s } = world(['a', 'b', 'c'], { rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    settle(w);
+    w.peak.clear();
+    s.metadata.deletionTimestamp = NOW;
+    const first = w.step('spin');
+    expect(created(first.actions)).toEqual(['a:uninstall:spin']);
+    settle(w);
+    expect(w.peak.get('u1')).toBe(1);
+    expect(w.shims).toEqual([]); // finalizer released
+    expect([...w.hosts.values()].every(h => h.size === 0)).toBe(true);
+    expect(w.runtimeClass).toBeUndefined();
+    for (const n of w.nodes.values()) expect(Object.keys(n.labels).filter(k => k.includes(ShimNodeLabels.DOMAIN))).toEqual([]);
+  });
+
+  test('item 3: a selector change deselecting nodes uninstalls under maxUpdate too', () => {
+    const { w, s } = world(['a', 'b', 'c'], { rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    settle(w);
+    w.peak.clear();
+    (s as any).spec = { ...s.spec, nodeSelector: { wasm: 'true' } };
+    settle(w);
+    expect(w.peak.get('u1')).toBe(1);
+    expect([...w.hosts.values()].every(h => h.size === 0)).toBe(true);
+    expect(s.status).toMatchObject({ nodes: 0 });
   });
 });
 
-describe('failures', () => {
-  test('a failed node stops the rollout with Degraded naming the node and the reason', () => {
-    const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
-    const { actions, status } = run({
-      shim: s,
-      nodes: [node('a', { [KEY]: 'pending' }, { [REV]: rev(s) }), node('b')],
-      jobs: [job('a', s, 'failed', 'install', { reason: 'ChecksumMismatch', message: 'sha256 of x is y, expected z' })],
-    });
-    expect(kinds(actions, 'createJob')).toEqual([]);
-    expect(actions).toContainEqual({ kind: 'setNodeState', node: 'a', state: 'failed', revision: rev(s) });
-    expect(actions).toContainEqual(expect.objectContaining({ kind: 'event', type: 'Warning', reason: 'InstallFailed' }));
-    expect(status.nodesFailed).toBe(1);
-    expect(status.failedNodes).toEqual([{ name: 'a', reason: 'ChecksumMismatch', message: 'sha256 of x is y, expected z' }]);
-    expect(status.conditions.find(c => c.type === 'Degraded')).toMatchObject({ status: 'True', message: 'node a: ChecksumMismatch: sha256 of x is y, expected z' });
-    expect(status.conditions.find(c => c.type === 'Progressing')).toMatchObject({ status: 'False', reason: 'RolloutStopped' });
+describe('I1: the scheduler is never lied to', () => {
+  test('item 1: a handler change under rolling: the RuntimeClass selects only nodes with the new handler, and the old one is removed', () => {
+    const { w, s } = world(['a', 'b', 'c'], { rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    settle(w);
+    (s as any).spec = { ...s.spec, runtimeClass: { name: 'spin', handler: 'spin2' } };
+    // installs held: the RuntimeClass is replaced, and selects no node yet
+    const step = w.step('spin');
+    const apply = kinds(step.actions, 'applyRuntimeClass')[0];
+    expect(apply).toMatchObject({ replace: true, object: { handler: 'spin2', scheduling: { nodeSelector: { [KEYS.handler]: 'spin2' } } } });
+    expect(created(step.actions)).toEqual(['a:install:spin2']);
+    settle(w); // check() runs after every step
+    for (const h of w.hosts.values()) expect([...h]).toEqual(['spin2']);
+    expect(s.status).toMatchObject({ nodesReady: 3 });
   });
 
-  test('a failure already recorded on the node raises no second event', () => {
+  test('deselection takes the gate label away before the uninstall Job starts', () => {
+    const s = shim({ nodeSelector: { wasm: 'true' } });
+    const { actions } = run({ shim: s, nodes: [installed('a', s)] });
+    const order = actions.filter(a => a.kind === 'writeNode' || a.kind === 'createJob');
+    expect(order[0]).toMatchObject({ kind: 'writeNode', labels: { [KEYS.handler]: null, [KEYS.state]: 'uninstalling' } });
+    expect(order[1]).toMatchObject({ kind: 'createJob', job: { operation: 'uninstall', handler: 'spin' } });
+  });
+
+  test('item 11: a rebooted node (new boot ID) leaves scheduling until an install re-verifies it, outside the rollout budget', () => {
+    const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    const nodes = [installed('a', s, {}, { bootID: 'b2' }), installed('b', s, {}, { bootID: 'b2' })];
+    const { actions, status } = run({ shim: s, nodes });
+    expect(kinds(actions, 'writeNode').map(a => a.labels[KEYS.handler])).toEqual([null, null]);
+    expect(created(actions)).toEqual(['a:install:spin', 'b:install:spin']);
+    expect(status.nodesReady).toBe(0);
+    // once re-installed, the new boot ID is recorded and the gate is back
+    const done = run({ shim: s, nodes: [installed('a', s, { [KEYS.handler]: '' }, { bootID: 'b2' })], jobs: [job('a', s, 'succeeded')] });
+    const write = kinds(done.actions, 'writeNode')[0];
+    expect(write.labels[KEYS.handler]).toBe('spin');
+    expect(JSON.parse(write.annotations[KEYS.installed]!)[0].bootID).toBe('b2');
+  });
+});
+
+describe('I2: upgrades never reduce capacity by failing', () => {
+  test('item 2: a bad revision under recreate keeps every node schedulable on the previous one', () => {
+    const { w, s } = world(['a', 'b', 'c']);
+    settle(w);
+    (s as any).spec = { ...s.spec, fetchStrategy: { type: 'anonymousHttp', anonHttp: { location: 'https://e.com/typo.tgz' } } };
+    for (let i = 0; i < 12; i++) {
+      w.step('spin');
+      w.finish(() => 'fail');
+      w.tick(100);
+    }
+    for (const n of w.nodes.values()) expect(n.labels[KEYS.handler]).toBe('spin');
+    expect(s.status).toMatchObject({ nodesReady: 0, nodesFailed: 3 });
+    expect(condition(s.status!, 'Degraded')).toMatchObject({ status: 'True', reason: 'InstallFailed' });
+    for (const n of w.nodes.values()) expect(n.labels[KEYS.state]).toBe('failed');
+  });
+});
+
+describe('I3: one operation per node and handler', () => {
+  test('item 4: a selector flap waits for the running install before uninstalling, and for the uninstall before installing again', () => {
+    const s = shim({ nodeSelector: { wasm: 'true' } });
+    const flapped = node('a');
+    expect(created(run({ shim: s, nodes: [flapped], jobs: [job('a', s, 'running')] }).actions)).toEqual([]);
+    // the install ends: recorded, then uninstalled
+    expect(created(run({ shim: s, nodes: [flapped], jobs: [job('a', s, 'succeeded')] }).actions)).toEqual(['a:uninstall:spin']);
+    // back in the selection while the uninstall runs: nothing new
+    const back = installed('a', s, { wasm: 'true' });
+    expect(created(run({ shim: s, nodes: [back], jobs: [job('a', s, 'running', 'uninstall')] }).actions)).toEqual([]);
+  });
+
+  test('item 4: deleting during a pending install waits for it, then uninstalls', () => {
+    const s = shim({}, { deletionTimestamp: NOW });
+    const waiting = run({ shim: s, nodes: [node('a')], jobs: [job('a', s, 'running')] });
+    expect(created(waiting.actions)).toEqual([]);
+    expect(kinds(waiting.actions, 'removeFinalizer')).toEqual([]);
+    const then = run({ shim: s, nodes: [node('a')], jobs: [job('a', s, 'succeeded')] });
+    expect(created(then.actions)).toEqual(['a:uninstall:spin']);
+  });
+
+  test('item 4: a rename by create-plus-delete: the new Shim waits on each node until the old one removed the handler', () => {
+    const w = new World(['a', 'b']);
+    const old = shim({}, { name: 'old', uid: 'u-old', finalizers: [] });
+    w.shims.push(old);
+    settle(w, 'old');
+    const renamed = shim({ runtimeClass: { name: 'spin-new', handler: 'spin' } }, { name: 'spin', uid: 'u1', finalizers: [], creationTimestamp: '2026-06-01T00:00:00Z' });
+    old.metadata.deletionTimestamp = NOW;
+    w.shims.push(renamed);
+    // in one apply: both reconcile; the new one must not install where the old one still has it
+    const first = w.step('spin');
+    expect(created(first.actions)).toEqual([]);
+    expect(condition(first.status, 'Progressing')!.message).toMatch(/2 node\(s\) wait for another Shim to release the handler/);
+    for (let i = 0; i < 20; i++) {
+      for (const name of ['old', 'spin']) if (w.shims.some(x => x.metadata.name === name)) w.step(name);
+      w.checkOneOperationPerNode();
+      w.finish();
+    }
+    expect(w.shims.map(x => x.metadata.name)).toEqual(['spin']);
+    for (const h of w.hosts.values()) expect([...h]).toEqual(['spin']);
+    expect(renamed.status).toMatchObject({ nodesReady: 2 });
+  });
+
+  test('item 9: uninstall removes the handler the node recorded, not the one the spec names now', () => {
+    const before = shim();
+    const s = shim({ runtimeClass: { name: 'spin', handler: 'edited' } }, { deletionTimestamp: NOW });
+    const { actions } = run({ shim: s, nodes: [installed('a', before)] });
+    expect(created(actions)).toEqual(['a:uninstall:spin']);
+  });
+
+  test('item 10: a revision change mid-rollout counts and keeps the old revision\'s running Jobs', () => {
+    const v1 = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 2 } } });
+    const v2 = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 2 } }, fetchStrategy: { type: 'anonymousHttp', anonHttp: { location: 'https://e.com/v2.tgz' } } });
+    const nodes = [node('a'), node('b'), node('c')];
+    const { actions } = run({ shim: v2, nodes, jobs: [job('a', v1, 'running'), job('b', v1, 'running')] });
+    expect(kinds(actions, 'deleteJob')).toEqual([]);
+    expect(created(actions)).toEqual([]); // both slots are taken by v1's Jobs
+    // when they finish, v1 is recorded and v2 follows on those nodes
+    const after = run({ shim: v2, nodes, jobs: [job('a', v1, 'succeeded'), job('b', v1, 'running')] });
+    expect(kinds(after.actions, 'writeNode')[0].annotations[KEYS.installed]).toContain(rev(v1));
+    expect(created(after.actions)).toEqual(['a:install:spin']);
+  });
+});
+
+describe('I5: nothing is released before it is done', () => {
+  const deleting = (s: ShimObject) => ({ ...s, metadata: { ...s.metadata, deletionTimestamp: NOW } });
+
+  test('uninstall on every recorded node, selected or not, then release', () => {
+    const s = shim({ nodeSelector: { wasm: 'true' } });
+    const nodes = [installed('a', s), installed('b', s, { wasm: 'true' }), node('c')];
+    const { actions } = run({ shim: deleting(s), nodes });
+    expect(created(actions)).toEqual(['a:uninstall:spin', 'b:uninstall:spin']);
+    expect(kinds(actions, 'removeFinalizer')).toEqual([]);
+  });
+
+  test('the record goes with the last uninstall; then the Jobs, the RuntimeClass it owns and the finalizer', () => {
     const s = shim();
-    const { actions } = run({ shim: s, nodes: [node('a', { [KEY]: 'failed' }, { [REV]: rev(s) })], jobs: [job('a', s, 'failed')] });
-    expect(kinds(actions, 'event')).toEqual([]);
+    const rc = { name: 'spin', handler: 'spin', annotations: {}, shimOwners: ['u1'], foreignOwner: false };
+    const { actions } = run({ shim: deleting(s), nodes: [installed('a', s)], jobs: [job('a', s, 'succeeded', 'uninstall')], runtimeClasses: [rc] });
+    expect(actions.filter(a => a.kind !== 'event').map(a => a.kind)).toEqual(['writeNode', 'deleteJob', 'deleteRuntimeClass', 'removeFinalizer']);
+    expect(kinds(actions, 'writeNode')[0]).toMatchObject({ labels: { [KEYS.handler]: null, [KEYS.state]: null }, annotations: { [KEYS.installed]: null } });
+  });
+
+  test('a failed uninstall holds the finalizer; after the threshold Degraded names the node and the reason', () => {
+    const s = shim();
+    const failed = (attempt: number) => job('a', s, 'failed', 'uninstall', { attempt, result: { reason: 'RestartFailedRolledBack', message: 'containerd failed after the change' } });
+    const first = run({ shim: deleting(s), nodes: [installed('a', s)], jobs: [failed(1)] });
+    expect(kinds(first.actions, 'removeFinalizer')).toEqual([]);
+    expect(condition(first.status, 'Degraded')).toMatchObject({ status: 'False' });
+    expect(first.status.failedNodes[0]).toMatchObject({ name: 'a', operation: 'uninstall', attempts: 1 });
+    const record = kinds(first.actions, 'writeNode')[0].annotations[KEYS.failure]!;
+    const exhausted = run({
+      shim: deleting(s),
+      nodes: [installed('a', s, {}, {}), node('b')].map(n => n.name === 'a' ? { ...n, annotations: { ...n.annotations, [KEYS.failure]: JSON.stringify({ ...JSON.parse(record), attempt: 2 }) } } : n),
+      jobs: [failed(3)],
+    });
+    expect(condition(exhausted.status, 'Degraded')).toMatchObject({ status: 'True', reason: 'UninstallFailed', message: 'node a: RestartFailedRolledBack: containerd failed after the change' });
+    expect(condition(exhausted.status, 'Ready')).toMatchObject({ status: 'False', reason: 'Deleting' });
+    expect(exhausted.status.nodesFailed).toBe(1);
+    expect(kinds(exhausted.actions, 'removeFinalizer')).toEqual([]);
+  });
+
+  test('a node that vanished is not waited for', () => {
+    const { actions } = run({ shim: deleting(shim()), nodes: [] });
+    expect(actions.map(a => a.kind)).toEqual(['removeFinalizer']);
+  });
+
+  test('item 6: Jobs have no owner: the finalizer waits for running uninstalls however the Shim is deleted', () => {
+    const s = shim();
+    const { actions } = run({ shim: deleting(s), nodes: [installed('a', s)], jobs: [job('a', s, 'running', 'uninstall')] });
+    expect(actions.filter(a => a.kind !== 'writeNode')).toEqual([]);
+  });
+});
+
+describe('I6: failures are handled like an operator would', () => {
+  test('item 8: a flaky download is retried with exponential backoff and succeeds', () => {
+    const { w, s } = world(['a']);
+    w.step('spin');
+    w.finish(() => 'fail', { reason: 'DownloadFailed', message: 'connection reset' });
+    const afterFailure = w.step('spin');
+    expect(afterFailure.requeueAfterSeconds).toBe(10);
+    expect(s.status).toMatchObject({ nodesRetrying: 1, nodesFailed: 0 });
+    expect(s.status!.failedNodes[0]).toMatchObject({ name: 'a', reason: 'DownloadFailed', attempts: 1, nextAttempt: '2026-11-21T00:00:10.000Z' });
+    expect(condition(s.status!, 'Degraded')).toMatchObject({ status: 'False' });
+    expect(w.nodes.get('a')!.labels[KEYS.state]).toBe('retrying');
+    // not before the backoff
+    w.tick(5);
+    expect(created(w.step('spin').actions)).toEqual([]);
+    w.tick(5);
+    const retry = w.step('spin');
+    expect(kinds(retry.actions, 'createJob')[0].job.attempt).toBe(2);
+    expect(kinds(retry.actions, 'deleteJob')).toHaveLength(1); // the failed attempt's Job, kept until now
+    w.finish();
+    w.step('spin');
+    expect(s.status).toMatchObject({ nodesReady: 1, nodesRetrying: 0 });
+    expect(w.nodes.get('a')!.annotations[KEYS.failure]).toBeUndefined();
+  });
+
+  test('backoff doubles and is bounded', () => {
+    expect([1, 2, 3, 4, 5].map(n => backoffSeconds(POLICY, n))).toEqual([10, 20, 40, 80, 80]);
+  });
+
+  test('a node that keeps failing stops the rollout with Degraded; fixing the cause recovers at the next backoff', () => {
+    const { w, s } = world(['a', 'b', 'c'], { rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    let broken = true;
+    for (let i = 0; i < 10; i++) {
+      w.step('spin');
+      w.finish(j => (j.node === 'a' && broken ? 'fail' : 'succeed'));
+      w.tick(100);
+    }
+    expect(condition(s.status!, 'Progressing')).toMatchObject({ status: 'False', reason: 'RolloutStopped' });
+    expect(condition(s.status!, 'Degraded')!.message).toMatch(/^node a: ChecksumMismatch: sha256 differs/);
+    expect([...w.hosts.get('b')!, ...w.hosts.get('c')!]).toEqual([]); // never attempted
+    broken = false;
+    settle(w, 'spin', () => 'succeed');
+    w.tick(100);
+    settle(w);
+    expect(s.status).toMatchObject({ nodesReady: 3, nodesFailed: 0 });
+  });
+
+  test('the retry annotation retries a failed node at once', () => {
+    const s = shim();
+    const failure = { operation: 'install', handler: 'spin', revision: rev(s), attempt: 3, reason: 'X', message: 'y', at: NOW };
+    const n = node('a', { [KEYS.state]: 'failed' }, { [KEYS.failure]: JSON.stringify(failure) });
+    expect(created(run({ shim: s, nodes: [n] }).actions)).toEqual([]);
+    const retried = run({ shim: shim({}, { annotations: { [RETRY_ANNOTATION]: '1' } }), nodes: [n] });
+    expect(kinds(retried.actions, 'createJob')[0].job).toMatchObject({ node: 'a', attempt: 1 });
+  });
+
+  test('NotReady and cordoned nodes are skipped without counting as failures, and picked up when they are back', () => {
+    const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    const nodes = [node('a', {}, {}, { ready: false }), node('b', {}, {}, { schedulable: false }), node('c')];
+    const { actions, status } = run({ shim: s, nodes });
+    expect(created(actions)).toEqual(['c:install:spin']);
+    expect(status.nodesFailed).toBe(0);
+    expect(condition(status, 'Progressing')!.message).toMatch(/2 node\(s\) not Ready or cordoned \(a, b\)/);
+    expect(created(run({ shim: s, nodes: [node('a'), installed('c', s)] }).actions)).toEqual(['a:install:spin']);
+  });
+
+  test('item 8: a Job that a NotReady node never started frees its slot for a Ready node', () => {
+    const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    const stuck = job('a', s, 'running', 'install', { started: false });
+    const { actions } = run({ shim: s, nodes: [node('a', {}, {}, { ready: false }), node('b')], jobs: [stuck] });
+    expect(kinds(actions, 'deleteJob').map(a => a.name)).toEqual([stuck.name]);
+    expect(created(actions)).toEqual(['b:install:spin']);
+  });
+
+  test('a Job that started on a node that then went NotReady keeps its slot (it may be restarting containerd)', () => {
+    const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    const { actions } = run({ shim: s, nodes: [node('a', {}, {}, { ready: false }), node('b')], jobs: [job('a', s, 'running')] });
+    expect(kinds(actions, 'deleteJob')).toEqual([]);
+    expect(created(actions)).toEqual([]);
+  });
+
+  test('a new node joining gets the shim', () => {
+    const s = shim();
+    expect(created(run({ shim: s, nodes: [installed('a', s), node('new')] }).actions)).toEqual(['new:install:spin']);
   });
 
   test('failedNodes is bounded', () => {
     const s = shim();
-    const nodes = Array.from({ length: 30 }, (_, i) => node(`n${String(i).padStart(2, '0')}`, { [KEY]: 'failed' }, { [REV]: rev(s) }));
+    const nodes = Array.from({ length: 30 }, (_, i) => node(`n${String(i).padStart(2, '0')}`, {}, {
+      [KEYS.failure]: JSON.stringify({ operation: 'install', handler: 'spin', revision: rev(s), attempt: 3, reason: 'X', message: 'y', at: NOW }),
+    }));
     const { status } = run({ shim: s, nodes });
     expect(status.nodesFailed).toBe(30);
     expect(status.failedNodes).toHaveLength(20);
   });
 });
 
+describe('I7: the controller owns only what it created or may adopt', () => {
+  const view = (more: object) => ({ name: 'spin', handler: 'spin', annotations: {}, shimOwners: [], foreignOwner: false, ...more });
+
+  test('item 7: an unowned RuntimeClass of the same name is reported, never touched', () => {
+    const s = shim();
+    const { actions, status } = run({ shim: s, nodes: [installed('a', s)], runtimeClasses: [view({})] });
+    expect(kinds(actions, 'applyRuntimeClass')).toEqual([]);
+    expect(kinds(actions, 'deleteRuntimeClass')).toEqual([]);
+    expect(condition(status, 'Degraded')).toMatchObject({ status: 'True', reason: 'RuntimeClassConflict' });
+    expect(kinds(actions, 'event')[0]).toMatchObject({ reason: 'RuntimeClassConflict' });
+    const deleting = run({ shim: shim({}, { deletionTimestamp: NOW }), runtimeClasses: [view({})] });
+    expect(kinds(deleting.actions, 'deleteRuntimeClass')).toEqual([]);
+  });
+
+  test.each([
+    ['owned by another Shim', { shimOwners: ['u2'] }],
+    ['owned by another operator', { foreignOwner: true, annotations: { [ShimNodeLabels.ADOPT_ANNOTATION]: 'spin' } }],
+    ['marked for another Shim', { annotations: { [ShimNodeLabels.ADOPT_ANNOTATION]: 'other' } }],
+  ])('a RuntimeClass %s is a conflict', (_what, more) => {
+    expect(condition(run({ shim: shim(), runtimeClasses: [view(more)] }).status, 'Degraded')).toMatchObject({ reason: 'RuntimeClassConflict' });
+  });
+
+  test('the RuntimeClass the constructs synthesized (marked) is adopted; foreign selector keys are dropped', () => {
+    const { actions } = run({ shim: shim(), runtimeClasses: [view({ annotations: { [ShimNodeLabels.ADOPT_ANNOTATION]: 'spin' }, nodeSelector: { [KEYS.handler]: 'spin', extra: 'x' } })] });
+    expect(kinds(actions, 'applyRuntimeClass')[0]).toMatchObject({ replace: false, dropSelectorKeys: ['extra'], object: { metadata: { ownerReferences: [{ uid: 'u1', kind: 'Shim' }] } } });
+  });
+
+  test('an owned RuntimeClass in shape is left alone; a renamed one is deleted', () => {
+    const s = shim();
+    const inShape = view({ shimOwners: ['u1'], nodeSelector: { [KEYS.handler]: 'spin' } });
+    expect(run({ shim: s, runtimeClasses: [inShape] }).actions.map(a => a.kind)).toEqual([]);
+    const old = view({ name: 'old-name', shimOwners: ['u1'] });
+    expect(kinds(run({ shim: s, runtimeClasses: [inShape, old] }).actions, 'deleteRuntimeClass')).toEqual([{ kind: 'deleteRuntimeClass', name: 'old-name' }]);
+  });
+});
+
 describe('revisions', () => {
-  test('a new artifact re-rolls over provisioned nodes, which stay provisioned meanwhile', () => {
+  test('a new artifact re-rolls over recorded nodes, which keep serving meanwhile', () => {
     const old = shim();
     const changed = shim({ fetchStrategy: { type: 'anonymousHttp', anonHttp: { location: 'https://e.com/spin-2.tgz' } }, rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
     expect(rev(changed)).not.toBe(rev(old));
-    const { actions, status } = run({ shim: changed, nodes: [provisioned('a', old), provisioned('b', old)] });
-    expect(kinds(actions, 'createJob')).toEqual([{ kind: 'createJob', node: 'a', operation: 'install', revision: rev(changed), artifact: { location: 'https://e.com/spin-2.tgz', sha256: undefined } }]);
-    expect(kinds(actions, 'setNodeState')).toEqual([]);
+    const { actions, status } = run({ shim: changed, nodes: [installed('a', old), installed('b', old)] });
+    expect(kinds(actions, 'createJob').map(a => a.job)).toEqual([expect.objectContaining({ node: 'a', operation: 'install', revision: rev(changed), artifact: { location: 'https://e.com/spin-2.tgz', sha256: undefined } })]);
+    expect(kinds(actions, 'writeNode')).toEqual([]);
     expect(status.nodesReady).toBe(0);
   });
 
   test.each([
-    ['sha256', { fetchStrategy: { type: 'anonymousHttp', anonHttp: { location: 'https://e.com/spin.tgz', sha256: 'a'.repeat(64) } } }],
+    ['sha256', { fetchStrategy: { type: 'anonymousHttp' as const, anonHttp: { location: 'https://e.com/spin.tgz', sha256: 'a'.repeat(64) } } }],
     ['handler', { runtimeClass: { name: 'spin', handler: 'spin2' } }],
     ['runtime options', { containerdRuntimeOptions: { SystemdCgroup: 'true' } }],
     ['runtime options alias', { runtimeOptions: { SystemdCgroup: 'true' } }],
@@ -162,11 +489,11 @@ describe('revisions', () => {
 });
 
 describe('per-platform artifacts and validity', () => {
-  const platforms = { type: 'anonymousHttp', anonHttp: { platforms: [{ os: 'linux', arch: 'arm64', location: 'https://e.com/arm.tgz', sha256: 'b'.repeat(64) }] } };
+  const platforms = { type: 'anonymousHttp' as const, anonHttp: { platforms: [{ os: 'linux', arch: 'arm64', location: 'https://e.com/arm.tgz', sha256: 'b'.repeat(64) }] } };
 
   test('each node gets its platform artifact', () => {
     const { actions } = run({ shim: shim({ fetchStrategy: platforms }), nodes: [node('arm', { 'kubernetes.io/arch': 'arm64' })] });
-    expect(kinds(actions, 'createJob')[0].artifact).toEqual({ location: 'https://e.com/arm.tgz', sha256: 'b'.repeat(64) });
+    expect(kinds(actions, 'createJob')[0].job.artifact).toEqual({ location: 'https://e.com/arm.tgz', sha256: 'b'.repeat(64) });
   });
 
   test.each([
@@ -179,53 +506,26 @@ describe('per-platform artifacts and validity', () => {
     expect(kinds(actions, 'createJob')).toEqual([]);
     expect(kinds(actions, 'applyRuntimeClass')).toEqual([]);
     expect(kinds(actions, 'event')[0].message).toMatch(message);
-    expect(status.conditions.find(c => c.type === 'Degraded')).toMatchObject({ status: 'True', reason: 'InvalidShim', message: expect.stringMatching(message) });
+    expect(condition(status, 'Degraded')).toMatchObject({ status: 'True', reason: 'InvalidShim', message: expect.stringMatching(message) });
+  });
+
+  test('an invalid Shim leaves its nodes serving (no gate is taken away by a typo)', () => {
+    const s = shim();
+    const typo = shim({ runtimeClass: { name: 'spin', handler: 'Bad_Handler' } });
+    const { actions } = run({ shim: typo, nodes: [installed('x', s)] });
+    expect(kinds(actions, 'writeNode')).toEqual([]);
   });
 
   test('the younger Shim of a conflict is the invalid one', () => {
     const younger = shim({}, { name: 'younger', creationTimestamp: '2027-01-01T00:00:00Z' });
     expect(kinds(run({ shim: shim(), nodes: [node('x')], otherShims: [younger] }).actions, 'createJob')).toHaveLength(1);
   });
-});
 
-describe('deletion ordering', () => {
-  const deleting = (s: ShimObject) => ({ ...s, metadata: { ...s.metadata, deletionTimestamp: NOW } });
-
-  test('uninstall on every labelled node in any state, including unselected ones', () => {
-    const s = shim({ nodeSelector: { wasm: 'true' } });
-    const nodes = [provisioned('a', s), node('b', { [KEY]: 'failed' }), node('c', { [KEY]: 'pending' }), node('d')];
-    const { actions } = run({ shim: deleting(s), nodes });
-    expect(kinds(actions, 'createJob').map(a => `${a.node}:${a.operation}`)).toEqual(['a:uninstall', 'b:uninstall', 'c:uninstall']);
-    expect(kinds(actions, 'removeFinalizer')).toEqual([]);
-  });
-
-  test('waits for running uninstalls, then clears labels, deletes the RuntimeClass, releases the finalizer', () => {
-    const s = shim();
-    const nodes = [node('a', { [KEY]: 'uninstalling' }), node('b', { [KEY]: 'uninstalling' })];
-    const waiting = run({ shim: deleting(s), nodes, jobs: [job('a', s, 'succeeded', 'uninstall'), job('b', s, 'running', 'uninstall')] });
-    expect(kinds(waiting.actions, 'removeFinalizer')).toEqual([]);
-    const done = run({ shim: deleting(s), nodes, jobs: [job('a', s, 'succeeded', 'uninstall'), job('b', s, 'succeeded', 'uninstall')] });
-    const order = done.actions.filter(a => a.kind !== 'event').map(a => a.kind);
-    expect(order).toEqual(['clearNode', 'clearNode', 'deleteRuntimeClass', 'removeFinalizer']);
-  });
-
-  test('a failed uninstall holds the finalizer and says so: Degraded names the node and the reason, Ready is False', () => {
-    const s = shim();
-    const nodes = [node('a', { [KEY]: 'failed' }), node('b', { [KEY]: 'uninstalling' })];
-    const failure = { reason: 'RestartFailedRolledBack', message: 'containerd failed after the change' };
-    const { actions, status } = run({ shim: deleting(s), nodes, jobs: [job('a', s, 'failed', 'uninstall', failure), job('b', s, 'running', 'uninstall')] });
-    expect(kinds(actions, 'removeFinalizer')).toEqual([]);
-    const byType = Object.fromEntries(status.conditions.map(c => [c.type, c]));
-    expect(byType.Degraded).toMatchObject({ status: 'True', reason: 'UninstallFailed', message: 'node a: RestartFailedRolledBack: containerd failed after the change' });
-    expect(byType.Ready).toMatchObject({ status: 'False', reason: 'Deleting' });
-    expect(byType.Progressing).toMatchObject({ status: 'True', reason: 'Deleting', message: 'uninstalling from 2 node(s)' });
-    expect(status.failedNodes).toEqual([{ name: 'a', ...failure }]);
-    expect(status.nodesFailed).toBe(1);
-  });
-
-  test('a node that vanished is not waited for', () => {
-    const { actions } = run({ shim: deleting(shim()), nodes: [] });
-    expect(actions.map(a => a.kind)).toEqual(['deleteRuntimeClass', 'removeFinalizer']);
+  test('a handler another Shim recorded on a node is not installed over', () => {
+    const other = { [recordKeys('other').installed]: JSON.stringify([{ handler: 'spin', revision: 'r' }]) };
+    const { actions, status } = run({ shim: shim(), nodes: [node('x', {}, other), node('y')] });
+    expect(created(actions)).toEqual(['y:install:spin']);
+    expect(condition(status, 'Progressing')!.message).toMatch(/1 node\(s\) wait for another Shim/);
   });
 });
 
@@ -234,20 +534,39 @@ describe('bookkeeping', () => {
     expect(run({ shim: shim({}, { finalizers: [] }) }).actions[0]).toEqual({ kind: 'addFinalizer' });
   });
 
-  test('a converged Shim plans nothing but the RuntimeClass, and keeps transition times', () => {
+  test('keeps transition times while the status stays', () => {
     const s = shim();
-    const first = run({ shim: s, nodes: [provisioned('a', s)] });
-    expect(first.actions.map(a => a.kind)).toEqual(['applyRuntimeClass']);
-    expect(first.status).toMatchObject({ nodes: 1, nodesReady: 1, nodesFailed: 0 });
-    const later = plan({ shim: { ...s, status: first.status }, nodes: [provisioned('a', s)], jobs: [], otherShims: [], now: '2030-01-01T00:00:00Z' });
+    const first = run({ shim: s, nodes: [installed('a', s)] });
+    const later = plan({ shim: { ...s, status: first.status }, nodes: [installed('a', s)], jobs: [], otherShims: [], runtimeClasses: [], retry: POLICY, now: '2030-01-01T00:00:00Z' });
     expect(later.status.conditions.map(c => c.lastTransitionTime)).toEqual([NOW, NOW, NOW]);
   });
 
-  test('job names are deterministic, distinct and at most 63 characters', () => {
+  test('a Shim whose name cannot form a label does nothing but say so, and lets go when deleted', () => {
+    const bad = shim({}, { name: 'Bad_Name' });
+    expect(run({ shim: bad }).actions).toEqual([expect.objectContaining({ kind: 'event', reason: 'InvalidShim' })]);
+    expect(run({ shim: { ...bad, metadata: { ...bad.metadata, deletionTimestamp: NOW } } }).actions).toEqual([{ kind: 'removeFinalizer' }]);
+  });
+
+  test('job names are deterministic, distinct per attempt and at most 63 characters', () => {
     const long = 'x'.repeat(200);
-    expect(jobName(long, 'node', 'install', 'r1').length).toBeLessThanOrEqual(63);
-    expect(jobName('spin', 'a', 'install', 'r1')).toBe(jobName('spin', 'a', 'install', 'r1'));
-    expect(new Set([jobName('spin', 'a', 'install', 'r1'), jobName('spin', 'b', 'install', 'r1'), jobName('spin', 'a', 'uninstall', 'r1'), jobName('spin', 'a', 'install', 'r2')]).size).toBe(4);
-    expect(jobName('a.b-', 'n', 'install', 'r')).toMatch(/^rcm-a-b-i-[0-9a-f]{12}$/);
+    expect(jobName(long, 'node', 'install', 'h', 'r1', 1).length).toBeLessThanOrEqual(63);
+    expect(jobName('spin', 'a', 'install', 'h', 'r1', 1)).toBe(jobName('spin', 'a', 'install', 'h', 'r1', 1));
+    expect(new Set([
+      jobName('spin', 'a', 'install', 'h', 'r1', 1), jobName('spin', 'b', 'install', 'h', 'r1', 1), jobName('spin', 'a', 'uninstall', 'h', 'r1', 1),
+      jobName('spin', 'a', 'install', 'h', 'r2', 1), jobName('spin', 'a', 'install', 'h', 'r1', 2), jobName('spin', 'a', 'install', 'h2', 'r1', 1),
+    ]).size).toBe(6);
+    expect(jobName('a.b-', 'n', 'install', 'h', 'r', 1)).toMatch(/^rcm-a-b-i-[0-9a-f]{12}$/);
+  });
+
+  test('a failed Job is recorded once: seen again, it raises no second event and keeps its attempt', () => {
+    const s = shim();
+    const failed = job('a', s, 'failed', 'install', { result: { reason: 'X', message: 'y' } });
+    const first = run({ shim: s, nodes: [node('a')], jobs: [failed] });
+    expect(kinds(first.actions, 'event').map(e => e.reason)).toEqual(['InstallFailed']);
+    const write = kinds(first.actions, 'writeNode')[0];
+    const recorded = node('a', write.labels as Record<string, string>, write.annotations as Record<string, string>);
+    const again = run({ shim: s, nodes: [recorded], jobs: [failed] });
+    expect(kinds(again.actions, 'event')).toEqual([]);
+    expect(kinds(again.actions, 'writeNode')).toEqual([]);
   });
 });

@@ -1,0 +1,128 @@
+// What the controller remembers about a shim on a node: read from and written to the node's
+// labels and annotations (ShimNodeLabels), folded forward with finished installer Jobs. Pure.
+import { FailureRecord, InstalledEntry, JobView, NodeRecord, NodeView } from './types';
+import { ShimNodeLabels } from '../constructs/node-labels';
+
+/** The keys of one Shim's labels and annotations. */
+export interface RecordKeys {
+  readonly handler: string;
+  readonly state: string;
+  readonly installed: string;
+  readonly failure: string;
+}
+
+export function recordKeys(shimName: string): RecordKeys {
+  return {
+    handler: ShimNodeLabels.handlerKey(shimName),
+    state: ShimNodeLabels.stateKey(shimName),
+    installed: ShimNodeLabels.installedKey(shimName),
+    failure: ShimNodeLabels.failureKey(shimName),
+  };
+}
+
+function parseJson(text: string | undefined): unknown {
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+
+const isEntry = (e: any): e is InstalledEntry => e && typeof e.handler === 'string' && typeof e.revision === 'string';
+
+/**
+ * The record on a node. An annotation that someone damaged is not trusted blindly: the
+ * handler label (if any) still says which handler is there, so uninstall can remove it.
+ */
+export function readRecord(node: NodeView, keys: RecordKeys): NodeRecord {
+  const installed = parseJson(node.annotations[keys.installed]);
+  const entries = Array.isArray(installed) && installed.every(isEntry)
+    ? installed
+    : installed === undefined ? [] : damaged(node.labels[keys.handler]);
+  const failure = parseJson(node.annotations[keys.failure]) as FailureRecord | null | undefined;
+  const validFailure = failure && typeof failure.attempt === 'number' && typeof failure.handler === 'string' ? failure : undefined;
+  return { installed: entries, ...(validFailure ? { failure: validFailure } : {}) };
+}
+
+function damaged(handlerLabel: string | undefined): InstalledEntry[] {
+  return handlerLabel ? [{ handler: handlerLabel, revision: 'unknown' }] : [];
+}
+
+/** Whether anything of this Shim is on the node (recorded, or labelled). */
+export function hasTrace(node: NodeView, keys: RecordKeys): boolean {
+  return [keys.installed, keys.failure].some(k => k in node.annotations) || [keys.handler, keys.state].some(k => k in node.labels);
+}
+
+const byFinish = (a: JobView, b: JobView) => (a.finishedAt ?? '').localeCompare(b.finishedAt ?? '') || a.attempt - b.attempt;
+
+/**
+ * The record after the given finished Jobs, in the order they finished. Idempotent: folding
+ * a Job that is already recorded changes nothing, so a Job whose deletion failed after its
+ * result was written is harmless when it is seen again.
+ */
+export function fold(record: NodeRecord, finished: JobView[], context: { bootID?: string; retryToken?: string; now: string }): NodeRecord {
+  const { bootID, retryToken, now } = context;
+  let { installed, failure } = record;
+  for (const job of [...finished].sort(byFinish)) {
+    if (job.phase === 'failed' && failure && isFailureOf(failure, job)) continue; // recorded already, with its retry token
+    const sameOperation = failure && failure.operation === job.operation && failure.handler === job.handler;
+    if (job.phase === 'succeeded') {
+      if (sameOperation) failure = undefined;
+      installed = installed.filter(e => e.handler !== job.handler);
+      if (job.operation === 'install') {
+        installed = [{ handler: job.handler, revision: job.revision, ...(job.sha256 ? { sha256: job.sha256 } : {}), ...(bootID ? { bootID } : {}) }, ...installed];
+      }
+    } else if (job.phase === 'failed') {
+      failure = {
+        operation: job.operation,
+        handler: job.handler,
+        revision: job.revision,
+        attempt: job.attempt,
+        reason: job.result?.reason ?? (job.operation === 'install' ? 'InstallFailed' : 'UninstallFailed'),
+        message: job.result?.message ?? 'the installer Job failed without a result',
+        at: job.finishedAt ?? now,
+        ...(retryToken !== undefined ? { retry: retryToken } : {}),
+      };
+    }
+  }
+  return { installed, ...(failure ? { failure } : {}) };
+}
+
+/** The failure record describes this failed Job. */
+export function isFailureOf(failure: FailureRecord, job: JobView): boolean {
+  return failure.operation === job.operation && failure.handler === job.handler && failure.revision === job.revision && failure.attempt === job.attempt;
+}
+
+/**
+ * The labels and annotations that state a record: the handler label (the scheduling gate)
+ * only while the node is meant to serve and has not rebooted since its last install.
+ */
+export function renderRecord(record: NodeRecord, keys: RecordKeys, opts: { serving: boolean; bootID?: string; failureThreshold: number }):
+{ labels: Record<string, string | undefined>; annotations: Record<string, string | undefined> } {
+  const top = record.installed[0];
+  const verified = top !== undefined && (!top.bootID || !opts.bootID || top.bootID === opts.bootID);
+  const state = record.failure
+    ? (record.failure.attempt >= opts.failureThreshold ? ShimNodeLabels.FAILED : ShimNodeLabels.RETRYING)
+    : record.installed.length === 0 ? undefined : opts.serving ? ShimNodeLabels.PROVISIONED : ShimNodeLabels.UNINSTALLING;
+  return {
+    labels: {
+      [keys.handler]: opts.serving && verified ? top.handler : undefined,
+      [keys.state]: state,
+    },
+    annotations: {
+      [keys.installed]: record.installed.length > 0 ? JSON.stringify(record.installed) : undefined,
+      [keys.failure]: record.failure ? JSON.stringify(record.failure) : undefined,
+    },
+  };
+}
+
+/** The merge patch that brings the node to the rendered record, or undefined when it is there. */
+export function nodePatch(node: NodeView, rendered: ReturnType<typeof renderRecord>):
+{ labels: Record<string, string | null>; annotations: Record<string, string | null> } | undefined {
+  const diff = (current: Record<string, string>, wanted: Record<string, string | undefined>) => Object.fromEntries(
+    Object.entries(wanted).filter(([k, v]) => current[k] !== v).map(([k, v]) => [k, v ?? null]));
+  const labels = diff(node.labels, rendered.labels);
+  const annotations = diff(node.annotations, rendered.annotations);
+  return Object.keys(labels).length + Object.keys(annotations).length > 0 ? { labels, annotations } : undefined;
+}
