@@ -110,10 +110,30 @@ export interface RuntimeClassManagerProps {
    */
   readonly defaultRestart?: ContainerdRestart;
   /**
-   * How long finished installer Jobs are kept (for inspection).
+   * Time to live of finished installer Jobs where the cluster's TTL controller runs
+   * (Kubernetes 1.23 and later; alpha and off on older versions). The controller does not
+   * rely on it: it removes each finished Job once the result is recorded on the node, and
+   * keeps a node's last failed Job for inspection until the next attempt.
    * @default Duration.hours(1)
    */
   readonly jobTtl?: Duration;
+  /**
+   * Delay before a node whose install or uninstall failed is tried again; doubled after each
+   * further failure, up to `maxRetryBackoff`.
+   * @default Duration.seconds(30)
+   */
+  readonly retryBackoff?: Duration;
+  /**
+   * The longest delay between two attempts on a failing node.
+   * @default Duration.minutes(15)
+   */
+  readonly maxRetryBackoff?: Duration;
+  /**
+   * Failed attempts after which a node counts as failed: the Shim turns Degraded and its
+   * rollout stops (the node itself is still retried at `maxRetryBackoff`).
+   * @default 3
+   */
+  readonly failureThreshold?: number;
   /**
    * CPU and memory of the controller container.
    * @default - requests 50m / 64Mi, limits 500m / 256Mi
@@ -177,6 +197,9 @@ export class RuntimeClassManager extends Construct {
     const leaseDuration = props.leaseDuration ?? Duration.seconds(15);
     const workers = props.workers ?? 4;
     const resyncPeriod = props.resyncPeriod ?? Duration.seconds(30);
+    const retryBackoff = props.retryBackoff ?? Duration.seconds(30);
+    const maxRetryBackoff = props.maxRetryBackoff ?? Duration.minutes(15);
+    const failureThreshold = props.failureThreshold ?? 3;
     validateProps(this.namespace, replicas, leaderElection, metricsPort, probePort, jobTtl);
     const installerEnv = Object.entries(props.installerEnv ?? {});
     for (const [name, value] of installerEnv) {
@@ -184,8 +207,16 @@ export class RuntimeClassManager extends Construct {
       if (problem) throw new Error(`installerEnv: ${problem}`);
       if (value.includes('\n')) throw new Error(`installerEnv: the value of ${name} must be one line`);
     }
-    for (const [field, seconds] of [['leaseDuration', leaseDuration.toSeconds({ integral: false })], ['resyncPeriod', resyncPeriod.toSeconds({ integral: false })], ['workers', workers]] as const) {
-      if (!Number.isInteger(seconds) || seconds < 1) throw new Error(`${field}: must be a whole number >= 1${field === 'workers' ? '' : ' of seconds'}, got ${seconds}`);
+    const wholeSeconds = (d: Duration) => d.toSeconds({ integral: false });
+    for (const [field, value] of [
+      ['leaseDuration', wholeSeconds(leaseDuration)], ['resyncPeriod', wholeSeconds(resyncPeriod)], ['workers', workers],
+      ['retryBackoff', wholeSeconds(retryBackoff)], ['maxRetryBackoff', wholeSeconds(maxRetryBackoff)], ['failureThreshold', failureThreshold],
+    ] as const) {
+      const unit = field === 'workers' || field === 'failureThreshold' ? '' : ' of seconds';
+      if (!Number.isInteger(value) || value < 1) throw new Error(`${field}: must be a whole number >= 1${unit}, got ${value}`);
+    }
+    if (wholeSeconds(maxRetryBackoff) < wholeSeconds(retryBackoff)) {
+      throw new Error(`maxRetryBackoff: must not be shorter than retryBackoff (${wholeSeconds(retryBackoff)} seconds), got ${wholeSeconds(maxRetryBackoff)} seconds`);
     }
 
     if (props.createNamespace ?? true) {
@@ -260,6 +291,9 @@ export class RuntimeClassManager extends Construct {
       `--lease-duration-seconds=${leaseDuration.toSeconds()}`,
       `--workers=${workers}`,
       `--resync-seconds=${resyncPeriod.toSeconds()}`,
+      `--retry-base-seconds=${retryBackoff.toSeconds()}`,
+      `--retry-max-seconds=${maxRetryBackoff.toSeconds()}`,
+      `--failure-threshold=${failureThreshold}`,
       ...installerEnv.map(([name, value]) => `--installer-env=${name}=${value}`),
     ];
     this.deployment = new ApiObject(this, 'Deployment', {

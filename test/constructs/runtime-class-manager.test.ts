@@ -40,6 +40,9 @@ describe('RuntimeClassManager', () => {
       '--lease-duration-seconds=15',
       '--workers=4',
       '--resync-seconds=30',
+      '--retry-base-seconds=30',
+      '--retry-max-seconds=900',
+      '--failure-threshold=3',
     ]);
   });
 
@@ -95,6 +98,9 @@ describe('RuntimeClassManager', () => {
       leaseDuration: Duration.seconds(20),
       workers: 8,
       resyncPeriod: Duration.minutes(2),
+      retryBackoff: Duration.seconds(5),
+      maxRetryBackoff: Duration.minutes(10),
+      failureThreshold: 5,
       installerEnv: { HTTPS_PROXY: 'http://proxy.internal:3128', RCM_CONFIG: '/etc/containerd/custom.toml' },
     });
     const container = deployment.spec.template.spec.containers[0];
@@ -115,6 +121,9 @@ describe('RuntimeClassManager', () => {
       '--lease-duration-seconds=20',
       '--workers=8',
       '--resync-seconds=120',
+      '--retry-base-seconds=5',
+      '--retry-max-seconds=600',
+      '--failure-threshold=5',
       '--installer-env=HTTPS_PROXY=http://proxy.internal:3128',
       '--installer-env=RCM_CONFIG=/etc/containerd/custom.toml',
     ]);
@@ -149,6 +158,9 @@ describe('RuntimeClassManager', () => {
       [{ metricsPort: 9000, probePort: 9000 }, /^probePort: must differ from metricsPort/],
       [{ workers: 0 }, /^workers: must be a whole number >= 1, got 0/],
       [{ leaseDuration: Duration.millis(500) }, /^leaseDuration: must be a whole number >= 1 of seconds, got 0.5/],
+      [{ failureThreshold: 0 }, /^failureThreshold: must be a whole number >= 1, got 0/],
+      [{ retryBackoff: Duration.millis(1500) }, /^retryBackoff: must be a whole number >= 1 of seconds, got 1.5/],
+      [{ retryBackoff: Duration.minutes(5), maxRetryBackoff: Duration.minutes(1) }, /^maxRetryBackoff: must not be shorter than retryBackoff \(300 seconds\), got 60 seconds/],
       [{ installerEnv: { 'HTTPS-PROXY': 'x' } }, /^installerEnv: "HTTPS-PROXY" is not an environment variable name/],
       [{ installerEnv: { RCM_SHA256: 'x' } }, /^installerEnv: "RCM_SHA256" is set per Shim by the controller/],
       [{ installerEnv: { NO_PROXY: 'a\nb' } }, /^installerEnv: the value of NO_PROXY must be one line/],

@@ -12,7 +12,7 @@ function synthShim(props: ShimConstructProps, id = 'spin') {
 }
 
 describe('ShimConstruct', () => {
-  test('defaults: one Shim and its RuntimeClass scheduled on the provisioned label', () => {
+  test('defaults: one Shim and its RuntimeClass scheduled on the handler label, marked for adoption', () => {
     // GIVEN a shim with only a handler and an artifact
     // WHEN it is synthesized
     const { objects, spec, runtimeClass } = synthShim(BASE);
@@ -24,7 +24,8 @@ describe('ShimConstruct', () => {
     expect(spec.rolloutStrategy).toEqual({ type: 'recreate' });
     expect(spec.fetchStrategy).toEqual({ type: 'anonymousHttp', anonHttp: { location: BASE.location, sha256: SHA } });
     expect(runtimeClass.handler).toBe('spin');
-    expect(runtimeClass.scheduling.nodeSelector).toEqual({ [ShimNodeLabels.stateKey('spin')]: 'provisioned' });
+    expect(runtimeClass.scheduling.nodeSelector).toEqual({ [ShimNodeLabels.handlerKey('spin')]: 'spin' });
+    expect(runtimeClass.metadata.annotations[ShimNodeLabels.ADOPT_ANNOTATION]).toBe('spin');
   });
 
   test('everything set', () => {
@@ -179,7 +180,9 @@ describe('ShimConstruct', () => {
 describe('ShimNodeLabels', () => {
   test('derives a prefixed key per Shim name', () => {
     expect(ShimNodeLabels.stateKey('spin-v2')).toBe('spin-v2.shim.runtime.spinkube.dev/state');
-    expect(ShimNodeLabels.revisionKey('spin-v2')).toBe('spin-v2.shim.runtime.spinkube.dev/revision');
+    expect(ShimNodeLabels.handlerKey('spin-v2')).toBe('spin-v2.shim.runtime.spinkube.dev/handler');
+    expect(ShimNodeLabels.installedKey('spin-v2')).toBe('spin-v2.shim.runtime.spinkube.dev/installed');
+    expect(ShimNodeLabels.failureKey('spin-v2')).toBe('spin-v2.shim.runtime.spinkube.dev/failure');
     expect(ShimNodeLabels.stateKey('a.b')).toBe('a.b.shim.runtime.spinkube.dev/state');
   });
 

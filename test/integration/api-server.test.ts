@@ -102,7 +102,7 @@ describe('the synthesized example on a real API server', () => {
     expect(spin.spec.fetchStrategy.anonHttp.platforms).toHaveLength(2);
     const rc = JSON.parse(cp.kubectl(['get', 'runtimeclass', 'wasmtime-spin-v2', '-o', 'json']));
     expect(rc.handler).toBe('spin');
-    expect(rc.scheduling.nodeSelector).toEqual({ 'spin-v2.shim.runtime.spinkube.dev/state': 'provisioned' });
+    expect(rc.scheduling.nodeSelector).toEqual({ 'spin-v2.shim.runtime.spinkube.dev/handler': 'spin' });
     const deployment = JSON.parse(cp.kubectl(['-n', 'runtime-class-manager', 'get', 'deployment', 'rcm-controller', '-o', 'json']));
     expect(deployment.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem).toBe(true);
   });

@@ -152,8 +152,6 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       `--service-account-signing-key-file=${saKey}`,
       '--service-account-issuer=https://kubernetes.default.svc',
       '--service-cluster-ip-range=10.0.0.0/24',
-      '--feature-gates=TTLAfterFinished=true',
-      '--enable-priority-and-fairness=false',
     ]);
     const server = `https://127.0.0.1:${apiPort}`;
     const caFile = path.join(certDir, 'apiserver.crt');
@@ -179,7 +177,6 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
         `--secure-port=${cmPort}`,
         '--port=0',
         `--controllers=${options.controllers ?? '*,-nodeipam'}`,
-        '--feature-gates=TTLAfterFinished=true',
         '--use-service-account-credentials=true',
         ...(options.controllerManagerArgs ?? []),
       ]);
