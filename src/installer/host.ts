@@ -2,6 +2,7 @@ import { execFile } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import { resolveInHostRoot } from './host-paths';
+import { findHostTool, hostSearchPath } from './host-tools';
 import { Distro, InstallerOptions } from './options';
 
 /** Where a distribution keeps the file we edit, its socket and its systemd unit. */
@@ -76,28 +77,61 @@ export interface CommandResult {
   readonly stderr: string;
 }
 
+/** How host commands are run: which host, and where its tools are. */
+export interface HostContext {
+  readonly hostRoot: string;
+  /** The host process whose namespaces commands enter (when hostRoot is not /). */
+  readonly hostPid: number;
+  /** The host folders searched for tools, in order (hostSearchPath of the distribution). */
+  readonly searchPath: string[];
+}
+
+export function hostContext(options: Pick<InstallerOptions, 'hostRoot' | 'hostPid'>, distro: Distro): HostContext {
+  const searchPath = hostSearchPath(distro);
+  // On the host itself, its own PATH counts too (after the distribution's and standard folders).
+  const own = options.hostRoot === '/' ? (process.env.PATH ?? '').split(':').filter(d => d.startsWith('/')) : [];
+  return { hostRoot: options.hostRoot, hostPid: options.hostPid, searchPath: [...new Set([...searchPath, ...own])] };
+}
+
 /**
  * Runs a command in the host's namespaces: through nsenter into the host process (its init
  * unless told otherwise) when the installer runs in a pod (host root mounted elsewhere),
- * directly when it runs on the host itself.
+ * directly when it runs on the host itself. The program is looked up on the host (see
+ * host-tools.ts) and run by its absolute host path, with the host's PATH, never the pod's;
+ * a program the host does not have is exit code 127 with a message naming where it looked.
  */
-export function hostCommand(options: Pick<InstallerOptions, 'hostRoot' | 'hostPid'>, argv: string[], timeoutMs = 120_000): Promise<CommandResult> {
-  const full = options.hostRoot === '/'
-    ? argv
-    : ['nsenter', '--target', String(options.hostPid), '--mount', '--uts', '--ipc', '--net', '--pid', '--', ...argv];
+export function hostCommand(host: HostContext, argv: string[], timeoutMs = 120_000): Promise<CommandResult> {
+  const program = argv[0].includes('/') ? argv[0] : findHostTool(host.hostRoot, host.searchPath, argv[0]);
+  if (!program) {
+    return Promise.resolve({ code: 127, stdout: '', stderr: `${argv[0]} not found on the host (searched ${host.searchPath.join(':')})` });
+  }
+  const command = [program, ...argv.slice(1)];
+  const full = host.hostRoot === '/'
+    ? command
+    : [podTool('nsenter'), '--target', String(host.hostPid), '--mount', '--uts', '--ipc', '--net', '--pid', '--', ...command];
+  const env = { ...process.env, PATH: host.searchPath.join(':') };
   return new Promise(resolve => {
-    execFile(full[0], full.slice(1), { timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
+    execFile(full[0], full.slice(1), { timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024, env }, (error, stdout, stderr) => {
       const code = error ? (typeof (error as any).code === 'number' ? (error as any).code : 127) : 0;
       resolve({ code, stdout: String(stdout), stderr: String(stderr || (error && !stderr ? error.message : '')) });
     });
   });
 }
 
+/** A tool of the installer's own image (nsenter), found on the pod's PATH. */
+function podTool(name: string): string {
+  for (const dir of (process.env.PATH ?? '/usr/bin:/bin').split(':')) {
+    if (dir.startsWith('/') && fs.existsSync(path.join(dir, name))) return path.join(dir, name);
+  }
+  return name;
+}
+
 /** containerd's version on the host, e.g. { text: '1.6.20', major: 1 }; undefined when unknown. */
-export async function containerdVersion(options: InstallerOptions): Promise<{ text: string; major: number } | undefined> {
-  const r = await hostCommand(options, ['containerd', '--version'], 20_000);
+export async function containerdVersion(host: HostContext): Promise<{ text: string; major: number; binary: string } | undefined> {
+  const r = await hostCommand(host, ['containerd', '--version'], 20_000);
   const m = /\s(v?(\d+)\.\d+\.\d+\S*)/.exec(r.stdout);
-  return r.code === 0 && m ? { text: m[1].replace(/^v/, ''), major: Number(m[2]) } : undefined;
+  const binary = findHostTool(host.hostRoot, host.searchPath, 'containerd') ?? 'containerd';
+  return r.code === 0 && m ? { text: m[1].replace(/^v/, ''), major: Number(m[2]), binary } : undefined;
 }
 
 /**

@@ -8,7 +8,7 @@ import {
 } from './containerd-config';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
-import { containerdVersion, detectDistro, DistroLayout, hostCommand, layoutFor, onHost, withHostLock, writeAtomically } from './host';
+import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, withHostLock, writeAtomically } from './host';
 import { HostPathError } from './host-paths';
 import { Logger } from './log';
 import { artifactFor, InstallerOptions } from './options';
@@ -94,6 +94,8 @@ function sameOptions(a: Record<string, string>, b: Record<string, string>): bool
 export class Installer {
   private readonly timer = new Timer();
   private readonly changed: string[] = [];
+  /** The host's namespaces and tool folders, once the distribution is known. */
+  private host!: HostContext;
 
   constructor(private readonly o: InstallerOptions, private readonly log: Logger) {}
 
@@ -107,8 +109,13 @@ export class Installer {
   }
 
   private async runUnchecked(): Promise<InstallResult> {
-    const version = await this.timer.time('detect', () => containerdVersion(this.o));
     const distro = detectDistro(this.o);
+    this.host = hostContext(this.o, distro);
+    const version = await this.timer.time('detect', () => containerdVersion(this.host));
+    if (!version) {
+      this.log.warn('containerd was not found on the host or did not tell its version; the config schema is guessed from the file',
+        { distro, searched: this.host.searchPath.join(':') });
+    }
     const layout = layoutFor(this.o, distro, version?.major);
     const base: InstallResult = {
       outcome: 'failed',
@@ -116,7 +123,7 @@ export class Installer {
       message: '',
       handler: this.o.handler,
       changed: this.changed,
-      paths: { config: layout.config, state: stateFile(this.o) },
+      paths: { config: layout.config, state: stateFile(this.o), ...(version ? { containerd: version.binary } : {}) },
       containerdVersion: version?.text,
       distro,
       timings: {},
@@ -297,7 +304,7 @@ export class Installer {
   }
 
   private async defaultRuntimes(): Promise<Record<string, any> | undefined> {
-    const r = await hostCommand(this.o, ['containerd', 'config', 'default'], 30_000);
+    const r = await hostCommand(this.host, ['containerd', 'config', 'default'], 30_000);
     if (r.code !== 0) throw configFailed(`cannot read containerd's default runtimes (containerd config default: ${r.stderr.trim()})`);
     return defaultRuntimesOf(r.stdout);
   }
@@ -364,7 +371,7 @@ export class Installer {
     const argv = this.o.restart === 'command'
       ? ['sh', '-c', this.o.restartCommand!]
       : ['systemctl', 'restart', layout.unit ?? 'containerd'];
-    const r = await hostCommand(this.o, argv);
+    const r = await hostCommand(this.host, argv);
     if (r.code !== 0) return `restart command exited ${r.code}: ${r.stderr.trim().slice(0, 300)}`;
     const deadline = Date.now() + this.o.healthTimeoutSeconds * 1000;
     let last = 'no answer';
@@ -377,13 +384,13 @@ export class Installer {
   }
 
   private async health(layout: DistroLayout, binary: string | undefined): Promise<string | undefined> {
-    const version = await hostCommand(this.o, ['ctr', '--address', layout.socket, 'version'], 10_000);
+    const version = await hostCommand(this.host, ['ctr', '--address', layout.socket, 'version'], 10_000);
     if (version.code !== 0) return `socket ${layout.socket} does not answer`;
-    const plugins = await hostCommand(this.o, ['ctr', '--address', layout.socket, 'plugins', 'ls'], 10_000);
+    const plugins = await hostCommand(this.host, ['ctr', '--address', layout.socket, 'plugins', 'ls'], 10_000);
     const cri = plugins.stdout.split('\n').filter(l => /\bcri\b/.test(l));
     if (cri.length === 0 || cri.some(l => /\berror\b/.test(l))) return 'the CRI plugin is not running';
     if (binary) {
-      const dump = await hostCommand(this.o, ['containerd', '--config', layout.effectiveConfig, 'config', 'dump'], 20_000);
+      const dump = await hostCommand(this.host, ['containerd', '--config', layout.effectiveConfig, 'config', 'dump'], 20_000);
       if (dump.code !== 0) return `containerd cannot read its config: ${dump.stderr.trim().slice(0, 300)}`;
       if (!dump.stdout.includes(binary)) return `the effective config does not contain handler ${this.o.handler}`;
     }

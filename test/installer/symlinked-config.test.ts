@@ -3,17 +3,20 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
+import { FakeHost, startFakeHost } from '../support/fake-host';
 import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
 
 // A symlinked containerd config under --host-root, as config management leaves it. The
-// built bundle runs against a fake host root; containerd 1.6's `config dump` is the oracle
-// of what the node's containerd reads through the link.
+// built bundle runs against a fake host (test/support/fake-host.ts: its own mount namespace
+// with containerd 1.6 in /usr/bin); containerd 1.6's `config dump` is the oracle of what the
+// node's containerd reads through the link.
 
 const FIXTURE = fs.readFileSync(path.join(__dirname, '..', 'fixtures', 'containerd', 'custom-runtimes-v2.toml'), 'utf8');
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-symlinks-'));
 let bundle: string;
 let server: ArtifactServer;
 let artifact: { url: string; sha256: string };
+const hosts: FakeHost[] = [];
 
 beforeAll(async () => {
   bundle = buildInstaller(work);
@@ -22,24 +25,26 @@ beforeAll(async () => {
   artifact = { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
 });
 afterAll(async () => {
+  for (const host of hosts) await host.stop();
   await server?.close();
   fs.rmSync(work, { recursive: true, force: true });
 });
 
-/** A fake host root: folders and files (text) and links (`{ link: target }`). */
-function hostRoot(entries: Record<string, string | { link: string }>): string {
-  const root = fs.mkdtempSync(path.join(work, 'host-'));
-  for (const [p, what] of Object.entries(entries)) {
-    const full = path.join(root, p);
-    fs.mkdirSync(path.dirname(full), { recursive: true });
-    if (typeof what === 'string') fs.writeFileSync(full, what);
-    else fs.symlinkSync(what.link, full);
-  }
-  return root;
+/** A fake host with containerd in /usr/bin and these files (text) and links (`{ link: target }`). */
+async function hostRoot(entries: Record<string, string | { link: string }>): Promise<string> {
+  const host = await startFakeHost({ ...entries, 'usr/bin/containerd': { copy: '/usr/bin/containerd' } }, 'while true; do sleep 1; done');
+  hosts.push(host);
+  return host.root;
 }
 
 function args(root: string): string[] {
-  return [`--host-root=${root}`, `--host-pid=${process.pid}`, '--distro=containerd', '--restart=none', '--handler=rcmtest', '--retries=0'];
+  const host = hosts.find(h => h.root === root)!;
+  return [`--host-root=${root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--restart=none', '--handler=rcmtest', '--retries=0'];
+}
+
+/** Every path under the host root, to show that nothing changed. */
+function listing(root: string): string[] {
+  return fs.readdirSync(root, { recursive: true }).map(String).filter(p => !/^(proc|sys|dev)\//.test(p)).sort();
 }
 
 /** What containerd reads from `file` (a path in this process's view). */
@@ -57,7 +62,7 @@ describe.each([
 ])('%s', (_what, target) => {
   test('is edited in place through its target; the link stays; uninstall restores the target byte for byte', async () => {
     // GIVEN a host whose config is a link to the managed file
-    const root = hostRoot({ 'etc/containerd/config.toml': { link: target }, 'etc/containerd/managed/config.toml': FIXTURE });
+    const root = await hostRoot({ 'etc/containerd/config.toml': { link: target }, 'etc/containerd/managed/config.toml': FIXTURE });
     const managed = path.join(root, 'etc/containerd/managed/config.toml');
     const link = path.join(root, 'etc/containerd/config.toml');
     const before = dump(managed);
@@ -96,7 +101,7 @@ describe.each([
 });
 
 test('a link whose target does not exist yet: the target is created, and removed again on uninstall; the link stays', async () => {
-  const root = hostRoot({ 'etc/containerd/config.toml': { link: '/srv/containerd/config.toml' } });
+  const root = await hostRoot({ 'etc/containerd/config.toml': { link: '/srv/containerd/config.toml' } });
   const link = path.join(root, 'etc/containerd/config.toml');
   const install = await runBundle(bundle, 'install', [...args(root), `--location=${artifact.url}`]);
   expect(install.code).toBe(0);
@@ -109,7 +114,7 @@ test('a link whose target does not exist yet: the target is created, and removed
 });
 
 test('the install root behind a link (/opt -> /var/opt) is used through it, inside the host root', async () => {
-  const root = hostRoot({ 'etc/containerd/config.toml': FIXTURE, 'opt': { link: '/var/opt' }, 'var/opt/.keep': '' });
+  const root = await hostRoot({ 'etc/containerd/config.toml': FIXTURE, 'opt': { link: '/var/opt' }, 'var/opt/.keep': '' });
   const install = await runBundle(bundle, 'install', [...args(root), `--location=${artifact.url}`]);
   expect(install.code).toBe(0);
   expect(fs.lstatSync(path.join(root, 'opt')).isSymbolicLink()).toBe(true);
@@ -120,10 +125,11 @@ test('the install root behind a link (/opt -> /var/opt) is used through it, insi
 });
 
 test('a config link loop is refused with exit 4 and the host untouched', async () => {
-  const root = hostRoot({ 'etc/containerd/config.toml': { link: 'other.toml' }, 'etc/containerd/other.toml': { link: '/etc/containerd/config.toml' } });
+  const root = await hostRoot({ 'etc/containerd/config.toml': { link: 'other.toml' }, 'etc/containerd/other.toml': { link: '/etc/containerd/config.toml' } });
+  const before = listing(root);
   const r = await runBundle(bundle, 'install', [...args(root), `--location=${artifact.url}`]);
   expect(r.code).toBe(4);
   expect(r.result).toMatchObject({ reason: 'HostPathUnresolvable' });
   expect(r.stderr).toMatch(/too many levels of symbolic links resolving \/etc\/containerd\/config.toml/);
-  expect(fs.readdirSync(root, { recursive: true }).map(String).sort()).toEqual(['etc', 'etc/containerd', 'etc/containerd/config.toml', 'etc/containerd/other.toml']);
+  expect(listing(root)).toEqual(before);
 });

@@ -1,0 +1,170 @@
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { parse } from 'smol-toml';
+import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
+import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { CONTAINERD_BINARIES } from '../support/tools';
+
+// The distributions' own layouts, with containerd only where each distribution keeps it
+// (never on the host's PATH), in a fake host: a mount namespace pivoted into a folder, whose
+// init stands in for k3s (it renders config.toml from the template and runs containerd from
+// k3s's data folder, again after each restart). The installer bundle runs outside, with the
+// host's / under --host-root, as in its pod. The host's containerd judges the result.
+
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-distros-'));
+let bundle: string;
+let server: ArtifactServer;
+let artifact: { url: string; sha256: string };
+const hosts: FakeHost[] = [];
+
+beforeAll(async () => {
+  bundle = buildInstaller(work);
+  server = await startArtifactServer();
+  const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() });
+  artifact = { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
+});
+afterAll(async () => {
+  for (const host of hosts) await host.stop();
+  await server?.close();
+  fs.rmSync(work, { recursive: true, force: true });
+});
+
+const K3S_ETC = '/var/lib/rancher/k3s/agent/etc/containerd';
+const K3S_BIN = '/var/lib/rancher/k3s/data/current/bin';
+const K3S_SOCKET = '/run/k3s/containerd/containerd.sock';
+
+/**
+ * What k3s does with containerd, as a busybox shell loop: render config.toml from the
+ * template of its containerd's major version (config-v3.toml.tmpl for 2.x, config.toml.tmpl
+ * for 1.x), putting its base config where the template says {{ template "base" . }}, or
+ * from the base alone without a template; then run containerd, and again when it exits.
+ */
+function k3sInit(template: string): string {
+  return `
+    D=${K3S_ETC}
+    while true; do
+      if [ -f $D/${template} ]; then
+        sed -e '/{{ template "base" . }}/{' -e "r $D/base.toml" -e 'd' -e '}' $D/${template} > $D/config.toml
+      else
+        cp $D/base.toml $D/config.toml
+      fi
+      ${K3S_BIN}/containerd --config $D/config.toml >> /var/log/containerd.log 2>&1 &
+      echo $! > /run/k3s-containerd.pid
+      wait $!
+      sleep 0.2
+    done`;
+}
+
+/** `systemctl restart k3s`, as the test's host has no systemd: returns once the old containerd is gone. */
+const RESTART = 'old=$(cat /run/k3s-containerd.pid); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done';
+
+async function k3sHost(containerd: { major: number; binary: string }): Promise<FakeHost> {
+  const bin = path.dirname(containerd.binary);
+  const host = await startFakeHost({
+    // k3s unpacks its binaries under data/<hash>; `current` links to the running one.
+    'var/lib/rancher/k3s/data/5f3a1b/bin/containerd': { copy: path.join(bin, 'containerd') },
+    'var/lib/rancher/k3s/data/5f3a1b/bin/ctr': { copy: path.join(bin, 'ctr') },
+    'var/lib/rancher/k3s/data/current': { link: '/var/lib/rancher/k3s/data/5f3a1b' },
+    [`${K3S_ETC.slice(1)}/base.toml`]: containerdBaseConfig(containerd.binary, {
+      root: '/var/lib/rancher/k3s/agent/containerd', state: '/run/k3s/containerd', socket: K3S_SOCKET,
+    }),
+    'etc/systemd/system/k3s.service': '',
+    'var/log/.keep': '',
+  }, k3sInit(containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'));
+  hosts.push(host);
+  await waitFor(() => host.run([`${K3S_BIN}/ctr`, '--address', K3S_SOCKET, 'version']));
+  return host;
+}
+
+async function waitFor(check: () => unknown, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      check();
+      return;
+    } catch (e) {
+      if (Date.now() > deadline) throw e;
+      await new Promise(r => setTimeout(r, 200));
+    }
+  }
+}
+
+/** The handler as the host's containerd reads its effective config. */
+function effectiveHandler(host: FakeHost, handler: string): any {
+  const dumped = parse(host.run([`${K3S_BIN}/containerd`, '--config', `${K3S_ETC}/config.toml`, 'config', 'dump']));
+  for (const plugin of ['io.containerd.grpc.v1.cri', 'io.containerd.cri.v1.runtime']) {
+    const runtime = (dumped as any).plugins?.[plugin]?.containerd?.runtimes?.[handler];
+    if (runtime) return runtime;
+  }
+  return undefined;
+}
+
+describe.each(CONTAINERD_BINARIES.filter(c => c.version !== '1.7'))('k3s with containerd $version only in its data folder', containerd => {
+  test('the installer finds containerd there, edits the template of that version, restarts, and uninstalls', async () => {
+    // GIVEN a k3s node: containerd under k3s's data folder, no template yet, nothing on PATH
+    const host = await k3sHost(containerd);
+    expect(() => host.run(['sh', '-c', 'command -v containerd || command -v ctr'])).toThrow();
+    const pidBefore = fs.readFileSync(path.join(host.root, 'run/k3s-containerd.pid'), 'utf8');
+    const template = containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl';
+    const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--restart=command', `--restart-command=${RESTART}`,
+      '--retries=0', '--health-timeout=30'];
+
+    // WHEN the shim is installed (distribution detected, no paths given)
+    const install = await runBundle(bundle, 'install', [...args, `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+
+    // THEN containerd was found and run from k3s's folder, and told its version
+    expect(install.stderr).not.toMatch(/ERROR/);
+    expect(install.code).toBe(0);
+    expect(install.result).toMatchObject({
+      outcome: 'installed',
+      distro: 'k3s',
+      containerdVersion: expect.stringMatching(new RegExp(`^${containerd.version.replace('.', '\\.')}\\.`)),
+      paths: { config: `${K3S_ETC}/${template}`, containerd: `${K3S_BIN}/containerd` },
+    });
+    // AND the template of that version was written, k3s rendered it, and its containerd serves the handler
+    expect(fs.existsSync(path.join(host.root, K3S_ETC, template))).toBe(true);
+    expect(fs.readFileSync(path.join(host.root, 'run/k3s-containerd.pid'), 'utf8')).not.toBe(pidBefore);
+    expect(effectiveHandler(host, 'rcmtest')).toMatchObject({ runtime_type: install.result.paths.binary });
+
+    // WHEN it is uninstalled
+    const uninstall = await runBundle(bundle, 'uninstall', args);
+    // THEN containerd serves without the handler
+    expect(uninstall.code).toBe(0);
+    expect(uninstall.result.outcome).toBe('uninstalled');
+    expect(effectiveHandler(host, 'rcmtest')).toBeUndefined();
+    host.run([`${K3S_BIN}/ctr`, '--address', K3S_SOCKET, 'version']);
+  }, 120_000);
+});
+
+test('k0s: containerd only in /var/lib/k0s/bin; the drop-in is written in the schema of that containerd', async () => {
+  // GIVEN a k0s node (k0s reloads its drop-in folder itself: no restart)
+  const c16 = CONTAINERD_BINARIES[0];
+  const host = await startFakeHost({
+    'var/lib/k0s/bin/containerd': { copy: c16.binary },
+    'etc/k0s/containerd.d/.keep': '',
+  }, 'while true; do sleep 1; done');
+  hosts.push(host);
+  // WHEN installing
+  const r = await runBundle(bundle, 'install', [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', `--location=${artifact.url}`]);
+  // THEN the host's containerd told the version, and reads the drop-in with the handler
+  expect(r.stderr).not.toMatch(/ERROR/);
+  expect(r.code).toBe(0);
+  expect(r.result).toMatchObject({ distro: 'k0s', containerdVersion: expect.stringMatching(/^1\.6\./), configVersion: 2, paths: { containerd: '/var/lib/k0s/bin/containerd' } });
+  const dumped: any = parse(host.run(['/var/lib/k0s/bin/containerd', '--config', '/etc/k0s/containerd.d/rcm-rcmtest.toml', 'config', 'dump']));
+  expect(dumped.plugins['io.containerd.grpc.v1.cri'].containerd.runtimes.rcmtest.runtime_type).toBe(r.result.paths.binary);
+  expect((await runBundle(bundle, 'uninstall', [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest'])).code).toBe(0);
+  expect(fs.existsSync(path.join(host.root, 'etc/k0s/containerd.d/rcm-rcmtest.toml'))).toBe(false);
+}, 60_000);
+
+test('a host without containerd anywhere: refused with exit 4, naming where it looked, host untouched', async () => {
+  const host = await startFakeHost({ 'etc/containerd/config.toml': 'version = 2\n' }, 'while true; do sleep 1; done');
+  hosts.push(host);
+  const r = await runBundle(bundle, 'install', [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0',
+    `--location=${artifact.url}`, '--restart=command', '--restart-command=true', '--health-timeout=2']);
+  expect(r.stderr).toMatch(/containerd was not found on the host .*searched=\/usr\/local\/sbin:\/usr\/local\/bin:\/usr\/sbin:\/usr\/bin:\/sbin:\/bin/);
+  expect(r.code).toBe(4);
+  expect(r.result.message).toMatch(/containerd not found on the host \(searched \/usr\/local\/sbin:/);
+  expect(fs.readFileSync(path.join(host.root, 'etc/containerd/config.toml'), 'utf8')).toBe('version = 2\n');
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims'))).toBe(false);
+}, 60_000);
