@@ -8,7 +8,8 @@ import {
 } from './containerd-config';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
-import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, withHostLock, writeAtomically } from './host';
+import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, writeAtomically } from './host';
+import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { Logger } from './log';
 import { artifactFor, InstallerOptions } from './options';
@@ -128,13 +129,17 @@ export class Installer {
       distro,
       timings: {},
     };
-    const lock = onHost(this.o, path.join(this.o.installRoot, '.lock'));
-    const result = await withHostLock(lock, 10 * 60_000, async () => {
-      switch (this.o.command) {
-        case 'install': return this.install(base, layout, version?.major);
-        case 'uninstall': return this.uninstall(base, layout, version?.major);
-        default: return { ...base, outcome: 'status' as const, message: 'state of this handler on the node', state: readState(this.o) };
-      }
+    // status only reads: it never waits for an installer at work.
+    if (this.o.command === 'status') {
+      return { ...base, outcome: 'status', message: 'state of this handler on the node', state: readState(this.o), timings: this.timer.total() };
+    }
+    const lock = onHost(this.o, hostLockPath(this.o.installRoot));
+    const waitStarted = Date.now();
+    const result = await withHostLock(lock, 10 * 60_000, this.log, async () => {
+      this.timer.timings.lockWaitMs = Date.now() - waitStarted;
+      return this.o.command === 'install' ? this.install(base, layout, version?.major) : this.uninstall(base, layout, version?.major);
+    }).catch(e => {
+      throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
     });
     return { ...result, timings: this.timer.total() };
   }

@@ -26,6 +26,14 @@ test('the installer image runs rcm-node-installer on Node.js 24', () => {
   expect(help).toContain('Usage: rcm-node-installer install|uninstall|status');
 });
 
+test('the installer image takes the host lock with its own flock (an uninstall of nothing)', () => {
+  // ctr's arguments replace the entrypoint too.
+  const out = daemon.ctr(['-n', 'rcm', 'run', '--rm', INSTALLER_IMAGE, 'installer-lock',
+    '/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-installer.js', 'uninstall', '--handler=nothing', '--host-root=/',
+    '--distro=containerd', '--restart=none', '--result-file=/dev/stdout']);
+  expect(JSON.parse(out.trim().split('\n').pop()!)).toMatchObject({ outcome: 'not-installed', exitCode: 0 });
+});
+
 test('the controller image runs rcm-controller as its non-root user', () => {
   const help = daemon.ctr(['-n', 'rcm', 'run', '--rm', CONTROLLER_IMAGE, 'controller-help']);
   expect(help).toContain('Usage: rcm-controller [flags]');

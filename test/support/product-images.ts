@@ -6,7 +6,7 @@ import { buildOciImage, LayerFile } from './oci-image';
 import { NODE_24 } from './tools';
 
 // The controller and node-installer images as OCI tarballs, without a Docker engine: the
-// official Node.js 24 binary and the shared libraries it needs, nsenter for the installer,
+// official Node.js 24 binary and the shared libraries it needs, nsenter and flock for the installer,
 // and the esbuild bundles, with the Dockerfiles' entrypoints.
 
 export const CONTROLLER_IMAGE = 'docker.io/library/rcm-controller:test';
@@ -43,7 +43,8 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
   }, controller);
   await buildOciImage({
     name: INSTALLER_IMAGE,
-    files: [...node, ...withLibraries('/usr/bin/nsenter', '/usr/bin/nsenter'),
+    // nsenter for host commands, flock for the host lock (both util-linux, as in the Dockerfile's base).
+    files: [...node, ...withLibraries('/usr/bin/nsenter', '/usr/bin/nsenter'), ...withLibraries('/usr/bin/flock', '/usr/bin/flock'),
       { source: path.join(dir, 'rcm-node-installer.js'), target: '/usr/local/lib/rcm/rcm-node-installer.js', mode: 0o644 }],
     directories: ['/tmp'],
     entrypoint: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-installer.js'],
