@@ -13,24 +13,9 @@ import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { Logger } from './log';
 import { artifactFor, InstallerOptions } from './options';
+import { InstallState, parseState } from './state';
 
-/** What this installer changed on the host, so that uninstall reverses exactly that. */
-export interface InstallState {
-  readonly handler: string;
-  readonly shimName: string;
-  readonly sha256: string;
-  readonly location: string;
-  /** Host path of the installed binary (also the handler's runtime_type). */
-  readonly binary: string;
-  readonly runtimeOptions: Record<string, string>;
-  readonly distro: string;
-  /** Host path of the edited file. */
-  readonly configFile: string;
-  readonly configVersion: ConfigVersion;
-  readonly configCreated: boolean;
-  readonly edit: EditRecord;
-  readonly installedAt: string;
-}
+export type { InstallState } from './state';
 
 export interface InstallResult {
   outcome: 'installed' | 'unchanged' | 'uninstalled' | 'not-installed' | 'status' | 'failed';
@@ -46,6 +31,8 @@ export interface InstallResult {
   distro?: string;
   timings: Record<string, number>;
   state?: InstallState;
+  /** What is wrong with the state file, when it could not be used. */
+  stateProblem?: string;
 }
 
 class Timer {
@@ -78,10 +65,6 @@ function statePath(o: InstallerOptions): string {
   return onHost(o, stateFile(o));
 }
 
-function readState(o: InstallerOptions): InstallState | undefined {
-  const file = statePath(o);
-  return fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, 'utf8')) : undefined;
-}
 
 /** The permission bits of a file (to write its replacement with the same). */
 function permissions(file: string): number {
@@ -95,6 +78,8 @@ function sameOptions(a: Record<string, string>, b: Record<string, string>): bool
 export class Installer {
   private readonly timer = new Timer();
   private readonly changed: string[] = [];
+  /** What was wrong with the state file, if anything. */
+  private stateProblem?: string;
   /** The host's namespaces and tool folders, once the distribution is known. */
   private host!: HostContext;
 
@@ -131,7 +116,8 @@ export class Installer {
     };
     // status only reads: it never waits for an installer at work.
     if (this.o.command === 'status') {
-      return { ...base, outcome: 'status', message: 'state of this handler on the node', state: readState(this.o), timings: this.timer.total() };
+      const state = this.readState();
+      return { ...base, outcome: 'status', message: 'state of this handler on the node', state, stateProblem: this.stateProblem, timings: this.timer.total() };
     }
     const lock = onHost(this.o, hostLockPath(this.o.installRoot));
     const waitStarted = Date.now();
@@ -146,7 +132,7 @@ export class Installer {
 
   private async install(base: InstallResult, layout: DistroLayout, major: number | undefined): Promise<InstallResult> {
     const o = this.o;
-    const state = readState(o);
+    const state = this.readState();
     const url = artifactFor(o);
     if (!o.sha256) this.log.warn('NO SHA256 GIVEN: the artifact is installed without verification; set the Shim\'s sha256', { url });
 
@@ -197,11 +183,14 @@ export class Installer {
       const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
       let edited: { text: string } & EditRecord;
       let configVersion: ConfigVersion;
+      let previousBinary = state?.binary;
       try {
         const current = original ?? await this.initialConfig(layout);
         const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
         configVersion = detectConfigVersion(layout.template ? rendered : current, major);
         checkVersionSupported(configVersion, major);
+        // Without a usable record, the config shows which of our versions is in use.
+        previousBinary ??= this.ownBinaryIn(current, configVersion);
         const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
         edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options: o.runtimeOptions }, defaults));
       } catch (e) {
@@ -238,7 +227,7 @@ export class Installer {
       });
 
       writeAtomically(statePath(o), JSON.stringify(newState, null, 2) + '\n', 0o600);
-      if (state && state.binary !== binary) this.removeVersion(state.binary);
+      if (previousBinary && previousBinary !== binary) this.removeVersion(previousBinary);
       this.rotateBackups();
       return {
         ...base,
@@ -256,7 +245,7 @@ export class Installer {
 
   private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined): Promise<InstallResult> {
     const o = this.o;
-    const state = readState(o);
+    const state = this.readState();
     const configFile = onHost(o, state?.configFile ?? layout.config);
     const original = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : undefined;
     const notInstalled: InstallResult = { ...base, outcome: 'not-installed', message: `handler ${o.handler} is not installed here` };
@@ -287,6 +276,27 @@ export class Installer {
     if (state) this.changed.push(`removed ${shimsDir(o)}`);
     if (!state && !removed.removed) return notInstalled;
     return { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
+  }
+
+  /**
+   * The state file's record, or undefined when there is none or it cannot be used (said in
+   * the log and the result): the caller then goes by what the config shows.
+   */
+  private readState(): InstallState | undefined {
+    const file = statePath(this.o);
+    if (!fs.existsSync(file)) return undefined;
+    const parsed = parseState(fs.readFileSync(file, 'utf8'), this.o.handler, stateFile(this.o));
+    if (parsed.problem) {
+      this.stateProblem = parsed.problem;
+      this.log.warn(`${parsed.problem}; ignoring it and going by what containerd's config shows`);
+    }
+    return parsed.state;
+  }
+
+  /** The binary the config gives our handler, when it is one of ours (under our shims folder). */
+  private ownBinaryIn(configText: string, version: ConfigVersion): string | undefined {
+    const runtimeType = handlerRuntimeType(configText, version, this.o.handler);
+    return runtimeType?.startsWith(shimsDir(this.o) + '/') ? runtimeType : undefined;
   }
 
   /** Our block is still in the file and the binary it names is still there. */

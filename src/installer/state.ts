@@ -1,0 +1,63 @@
+// The installer's record of what it changed on a host (<install root>/state/<handler>.json).
+//
+// The record is a help, not a precondition: a file emptied by a full disk, cut short by a
+// crash or edited by hand must not block every later command (an uninstall that fails holds
+// the Shim's finalizer forever). An unusable record is reported and ignored; the installer
+// then goes by what containerd's config itself shows (our delimited block and the binary it
+// names).
+import type { ConfigVersion, EditRecord } from './containerd-config';
+
+/** What this installer changed on the host, so that uninstall reverses exactly that. */
+export interface InstallState {
+  readonly handler: string;
+  readonly shimName: string;
+  readonly sha256: string;
+  readonly location: string;
+  /** Host path of the installed binary (also the handler's runtime_type). */
+  readonly binary: string;
+  readonly runtimeOptions: Record<string, string>;
+  readonly distro: string;
+  /** Host path of the edited file. */
+  readonly configFile: string;
+  readonly configVersion: ConfigVersion;
+  readonly configCreated: boolean;
+  readonly edit: EditRecord;
+  readonly installedAt: string;
+}
+
+/** A state file's content: the record, or what is wrong with it (never both). */
+export type ParsedState = { state: InstallState; problem?: undefined } | { state?: undefined; problem: string };
+
+const STRING_FIELDS = ['handler', 'shimName', 'sha256', 'location', 'binary', 'distro', 'configFile'] as const;
+
+/** Checks the text of `handler`'s state file; `file` names it in the problem. */
+export function parseState(text: string, handler: string, file: string): ParsedState {
+  if (text.trim() === '') return { problem: `the state file ${file} is empty` };
+  let value: any;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    return { problem: `the state file ${file} is not valid JSON (${(e as Error).message})` };
+  }
+  if (!value || typeof value !== 'object' || Array.isArray(value)) return { problem: `the state file ${file} does not hold a JSON object` };
+  const missing = STRING_FIELDS.filter(f => typeof value[f] !== 'string');
+  if (missing.length > 0) return { problem: `the state file ${file} lacks ${missing.join(', ')}` };
+  if (value.handler !== handler) return { problem: `the state file ${file} is for handler "${value.handler}", not "${handler}"` };
+  if (![1, 2, 3].includes(value.configVersion)) return { problem: `the state file ${file} has no valid configVersion` };
+  if (!value.binary.startsWith('/') || !value.configFile.startsWith('/')) return { problem: `the state file ${file} names relative paths` };
+  return {
+    state: {
+      ...value,
+      runtimeOptions: isStringRecord(value.runtimeOptions) ? value.runtimeOptions : {},
+      configCreated: value.configCreated === true,
+      edit: {
+        addedSeparator: value.edit?.addedSeparator === true,
+        addedVersionLine: value.edit?.addedVersionLine === true,
+      },
+    },
+  };
+}
+
+function isStringRecord(value: unknown): value is Record<string, string> {
+  return !!value && typeof value === 'object' && !Array.isArray(value) && Object.values(value).every(v => typeof v === 'string');
+}
