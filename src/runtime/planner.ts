@@ -10,7 +10,7 @@ import * as crypto from 'crypto';
 import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord } from './node-record';
 import { planRuntimeClass } from './runtime-class';
 import {
-  Action, Condition, FailedNode, JobRequest, JobView, NodeView, Operation, Plan, RetryPolicy, RuntimeClassView,
+  Action, Condition, FailedNode, FailureRecord, JobRequest, JobView, NodeView, Operation, Plan, RetryPolicy, RuntimeClassView,
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
 import { ShimNodeLabels } from '../constructs/node-labels';
@@ -265,6 +265,9 @@ export function plan(input: PlanInput): Plan {
       && !(top.bootID && node.bootID && top.bootID !== node.bootID) && running.length === 0) tally.ready++;
 
     if (running.length > 0) {
+      // A retry in progress: the failure it follows stays visible (and Degraded stays) until it ends.
+      const retried = failure && running.find(j => j.operation === failure.operation && j.handler === failure.handler && j.revision === failure.revision);
+      if (failure && retried) tally.failures.push(failedNode(node.name, failure, policy));
       // A Job that a down node never started holds a slot for nothing: drop it, retry later.
       if (!node.ready && running.every(j => !j.started)) {
         for (const job of running) actions.push({ kind: 'deleteJob', name: job.name });
@@ -278,12 +281,10 @@ export function plan(input: PlanInput): Plan {
 
     let attempt = 1;
     if (relevant) {
-      const exhausted = failure.attempt >= policy.failureThreshold;
       const nextAt = Date.parse(failure.at) + backoffSeconds(policy, failure.attempt) * 1000;
-      tally.failures.push({
-        name: node.name, operation: failure.operation, reason: failure.reason, message: failure.message,
-        attempts: failure.attempt, nextAttempt: new Date(Number.isNaN(nextAt) ? nowMs : nextAt).toISOString(), exhausted,
-      });
+      const entry = failedNode(node.name, failure, policy, new Date(Number.isNaN(nextAt) ? nowMs : nextAt).toISOString());
+      const exhausted = entry.exhausted;
+      tally.failures.push(entry);
       attempt = failure.attempt + 1;
       if (nextAt > nowMs) {
         requeueAt = Math.min(requeueAt ?? nextAt, nextAt);
@@ -346,6 +347,13 @@ export function plan(input: PlanInput): Plan {
     actions,
     status,
     ...(requeueAt !== undefined ? { requeueAfterSeconds: Math.max(1, Math.ceil((requeueAt - nowMs) / 1000)) } : {}),
+  };
+}
+
+function failedNode(name: string, failure: FailureRecord, policy: RetryPolicy, nextAttempt?: string): Tally['failures'][number] {
+  return {
+    name, operation: failure.operation, reason: failure.reason, message: failure.message, attempts: failure.attempt,
+    ...(nextAttempt ? { nextAttempt } : {}), exhausted: failure.attempt >= policy.failureThreshold,
   };
 }
 
