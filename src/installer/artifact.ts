@@ -26,35 +26,71 @@ function startsWith(file: string, magic: number[]): boolean {
 const GZIP = [0x1f, 0x8b];
 const ELF = [0x7f, 0x45, 0x4c, 0x46];
 
+/** How much an archive may unpack to: a small artifact can hold a huge or countless files. */
+export interface ExtractLimits {
+  readonly maxBytes: number;
+  readonly maxFiles: number;
+}
+
 /**
  * Extracts a .tar.gz into `dir`, refusing (not skipping) anything that could write outside
- * it or create special files: absolute paths, `..`, links, devices, FIFOs.
+ * it or create special files (absolute paths, `..`, links, devices, FIFOs), or that would
+ * unpack to more than `limits` allow. The archive is checked first, entry header by entry
+ * header, and the check stops at the first entry over a limit: a decompression bomb is
+ * refused before it is inflated, and nothing is written until the whole archive passed.
  */
-export async function extractSafely(archive: string, dir: string): Promise<void> {
-  const problems: string[] = [];
-  await tar.t({
-    file: archive,
-    strict: true,
-    onReadEntry: entry => {
-      const p = entry.path;
-      if (path.isAbsolute(p) || p.split(/[\\/]/).includes('..')) problems.push(`unsafe path "${p}"`);
-      if (!['File', 'OldFile', 'ContiguousFile', 'Directory'].includes(entry.type)) problems.push(`${entry.type} entry "${p}"`);
-    },
-  }).catch((e: Error) => problems.push(`not a valid tar.gz: ${e.message}`));
+export async function extractSafely(archive: string, dir: string, limits: ExtractLimits): Promise<void> {
+  const problems = await checkArchive(archive, limits);
   if (problems.length > 0) {
-    throw fetchFailed('UnsafeArchive', `the artifact is refused: ${problems.slice(0, 5).join('; ')}`);
+    const tooBig = problems.some(p => p.startsWith('unpacks to more than'));
+    throw fetchFailed(tooBig ? 'ArchiveTooLarge' : 'UnsafeArchive', `the artifact is refused: ${problems.slice(0, 5).join('; ')}`);
   }
   await tar.x({ file: archive, cwd: dir, strict: true, preservePaths: false, noChmod: false, preserveOwner: false });
 }
 
+function checkArchive(archive: string, limits: ExtractLimits): Promise<string[]> {
+  return new Promise(resolve => {
+    const problems: string[] = [];
+    let files = 0;
+    let bytes = 0;
+    let done = false;
+    const input = fs.createReadStream(archive);
+    const finish = (problem?: string) => {
+      if (done) return;
+      done = true;
+      if (problem) problems.push(problem);
+      input.destroy();
+      resolve(problems);
+    };
+    const parser = new tar.Parser({
+      strict: true,
+      onReadEntry: entry => {
+        const p = entry.path;
+        if (path.isAbsolute(p) || p.split(/[\\/]/).includes('..')) problems.push(`unsafe path "${p}"`);
+        if (!['File', 'OldFile', 'ContiguousFile', 'Directory'].includes(entry.type)) problems.push(`${entry.type} entry "${p}"`);
+        files++;
+        bytes += entry.size ?? 0;
+        if (files > limits.maxFiles) return finish(`unpacks to more than ${limits.maxFiles} files (--max-files)`);
+        if (bytes > limits.maxBytes) return finish(`unpacks to more than ${limits.maxBytes} bytes (--max-extracted-size)`);
+        entry.resume();
+      },
+    });
+    parser.on('error', (e: Error) => finish(`not a valid tar.gz: ${e.message}`));
+    parser.on('end', () => finish());
+    input.on('error', e => finish(`cannot read the artifact: ${e.message}`));
+    input.pipe(parser);
+  });
+}
+
 /** Finds `containerd-shim-<name>-v<N>` in the artifact (a tarball or the bare binary). */
-export async function unpackShim(artifact: string, workDir: string, shimName: string, sourceName: string): Promise<ShimBinary> {
+export async function unpackShim(artifact: string, workDir: string, shimName: string, sourceName: string,
+  limits: ExtractLimits): Promise<ShimBinary> {
   const found: string[] = [];
   const candidates: ShimBinary[] = [];
   if (startsWith(artifact, GZIP)) {
     const dir = path.join(workDir, 'extracted');
     fs.mkdirSync(dir, { recursive: true });
-    await extractSafely(artifact, dir);
+    await extractSafely(artifact, dir, limits);
     const walk = (d: string) => {
       for (const entry of fs.readdirSync(d, { withFileTypes: true })) {
         const full = path.join(d, entry.name);

@@ -5,6 +5,10 @@ import { Logger } from './log';
 import { get } from './proxy';
 
 export interface DownloadOptions {
+  /**
+   * The most one attempt may take in all: connecting (through a proxy too), the headers and
+   * the whole body. A server that trickles a byte now and then never trips an idle timeout.
+   */
   readonly timeoutMs: number;
   readonly retries: number;
   readonly maxSizeBytes: number;
@@ -44,15 +48,21 @@ export async function download(url: string, file: string, options: DownloadOptio
   throw fetchFailed(reason, `downloading ${url} failed: ${lastError?.message}`);
 }
 
-function downloadOnce(url: string, file: string, options: DownloadOptions, redirects: number): Promise<{ sha256: string; bytes: number }> {
-  return new Promise((resolve, reject) => {
-    const request = get(new URL(url), options.timeoutMs, response => {
+function downloadOnce(url: string, file: string, options: DownloadOptions, redirects: number,
+  deadline = Date.now() + options.timeoutMs): Promise<{ sha256: string; bytes: number }> {
+  return new Promise((resolveOnce, rejectOnce) => {
+    let overall: NodeJS.Timeout | undefined;
+    const resolve = (value: { sha256: string; bytes: number }) => { clearTimeout(overall); resolveOnce(value); };
+    const reject = (error: Error) => { clearTimeout(overall); rejectOnce(error); };
+    const remaining = Math.max(1, deadline - Date.now());
+    const request = get(new URL(url), remaining, response => {
       const status = response.statusCode ?? 0;
       if (status >= 300 && status < 400 && response.headers.location) {
         response.resume();
         if (redirects >= 5) return reject(new Permanent('too many redirects'));
         const next = new URL(response.headers.location, url).toString();
-        return downloadOnce(next, file, options, redirects + 1).then(resolve, reject);
+        clearTimeout(overall); // the next hop keeps the same deadline
+        return downloadOnce(next, file, options, redirects + 1, deadline).then(resolve, reject);
       }
       if (status !== 200) {
         response.resume();
@@ -80,7 +90,14 @@ function downloadOnce(url: string, file: string, options: DownloadOptions, redir
       out.on('finish', () => resolve({ sha256: hash.digest('hex'), bytes }));
       out.on('error', reject);
     });
-    request.on('timeout', () => request.destroy(new Error(`timed out after ${options.timeoutMs} ms`)));
+    // The whole attempt, not only silence, is bounded: destroying the request ends a
+    // trickling body, a pending CONNECT through a proxy, or a server that never answers.
+    overall = setTimeout(() => {
+      const error = new Error(`timed out: the download did not finish within ${options.timeoutMs} ms`);
+      reject(error); // first: a body already flowing may not report the destroy
+      request.destroy(error);
+    }, remaining);
+    request.on('timeout', () => request.destroy(new Error(`timed out after ${options.timeoutMs} ms without data`)));
     request.on('error', reject);
   });
 }

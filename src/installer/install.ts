@@ -1,7 +1,7 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { unpackShim } from './artifact';
+import { ShimBinary, unpackShim } from './artifact';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
   handlerRuntimeType, needsDefaultRuntimes, removeRuntime,
@@ -33,6 +33,13 @@ export interface InstallResult {
   state?: InstallState;
   /** What is wrong with the state file, when it could not be used. */
   stateProblem?: string;
+}
+
+/** A downloaded, verified and unpacked artifact (in the installer's scratch folder). */
+interface Fetched {
+  readonly url: string;
+  readonly sha256: string;
+  readonly shim: ShimBinary;
 }
 
 class Timer {
@@ -119,23 +126,53 @@ export class Installer {
       const state = this.readState();
       return { ...base, outcome: 'status', message: 'state of this handler on the node', state, stateProblem: this.stateProblem, timings: this.timer.total() };
     }
-    const lock = onHost(this.o, hostLockPath(this.o.installRoot));
-    const waitStarted = Date.now();
-    const result = await withHostLock(lock, 10 * 60_000, this.log, async () => {
-      this.timer.timings.lockWaitMs = Date.now() - waitStarted;
-      return this.o.command === 'install' ? this.install(base, layout, version?.major) : this.uninstall(base, layout, version?.major);
-    }).catch(e => {
-      throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
-    });
-    return { ...result, timings: this.timer.total() };
+    const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-'));
+    try {
+      // Download and verify before taking the lock: a slow server holds up no other installer.
+      const fetched = this.o.command === 'install' && !this.upToDate(layout) ? await this.fetchArtifact(scratch) : undefined;
+      const lock = onHost(this.o, hostLockPath(this.o.installRoot));
+      const waitStarted = Date.now();
+      const result = await withHostLock(lock, 10 * 60_000, this.log, async () => {
+        this.timer.timings.lockWaitMs = Date.now() - waitStarted;
+        return this.o.command === 'install' ? this.install(base, layout, version?.major, scratch, fetched) : this.uninstall(base, layout, version?.major);
+      }).catch(e => {
+        throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
+      });
+      return { ...result, timings: this.timer.total() };
+    } finally {
+      fs.rmSync(scratch, { recursive: true, force: true });
+    }
   }
 
-  private async install(base: InstallResult, layout: DistroLayout, major: number | undefined): Promise<InstallResult> {
-    const o = this.o;
+  /** The artifact given by its sha256 is installed and intact: nothing to download. */
+  private upToDate(layout: DistroLayout): boolean {
     const state = this.readState();
+    return !!state && this.o.sha256 === state.sha256 && this.intact(state, layout);
+  }
+
+  /** Downloads, checks and unpacks the artifact in the installer's own file system: the host sees none of it. */
+  private async fetchArtifact(scratch: string): Promise<Fetched> {
+    const o = this.o;
     const url = artifactFor(o);
     if (!o.sha256) this.log.warn('NO SHA256 GIVEN: the artifact is installed without verification; set the Shim\'s sha256', { url });
+    const artifact = path.join(scratch, 'artifact');
+    const fetched = await this.timer.time('download', () => download(url, artifact, {
+      timeoutMs: o.downloadTimeoutSeconds * 1000, retries: o.retries, maxSizeBytes: o.maxSizeBytes,
+    }, this.log));
+    await this.timer.time('verify', () => {
+      if (o.sha256 && fetched.sha256 !== o.sha256) {
+        throw fetchFailed('ChecksumMismatch', `sha256 of ${url} is ${fetched.sha256}, expected ${o.sha256}`);
+      }
+    });
+    const shim = await this.timer.time('verify', () => unpackShim(artifact, scratch, o.shimName, url, { maxBytes: o.maxExtractedBytes, maxFiles: o.maxFiles }));
+    this.log.info('artifact verified', { url, sha256: fetched.sha256, bytes: fetched.bytes, binary: shim.name });
+    return { url, sha256: fetched.sha256, shim };
+  }
 
+  private async install(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string,
+    prefetched: Fetched | undefined): Promise<InstallResult> {
+    const o = this.o;
+    const state = this.readState();
     const configFile = onHost(o, layout.config);
     const configExists = fs.existsSync(configFile);
     const unchanged = (s: InstallState): InstallResult => ({
@@ -147,100 +184,84 @@ export class Installer {
       paths: { ...base.paths, binary: s.binary },
     });
     if (state && o.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
+    // Only when the record changed while this installer waited for the lock is it fetched here.
+    const fetched = prefetched ?? await this.fetchArtifact(scratch);
+    const { url, shim } = fetched;
+    if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
 
-    // Fetch and verify in the installer's own file system: the host sees nothing before that succeeded.
-    const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-'));
-    try {
-      const artifact = path.join(scratch, 'artifact');
-      const fetched = await this.timer.time('download', () => download(url, artifact, {
-        timeoutMs: o.downloadTimeoutSeconds * 1000, retries: o.retries, maxSizeBytes: o.maxSizeBytes,
-      }, this.log));
-      await this.timer.time('verify', () => {
-        if (o.sha256 && fetched.sha256 !== o.sha256) {
-          throw fetchFailed('ChecksumMismatch', `sha256 of ${url} is ${fetched.sha256}, expected ${o.sha256}`);
-        }
-      });
-      const shim = await this.timer.time('verify', () => unpackShim(artifact, scratch, o.shimName, url));
-      this.log.info('artifact verified', { url, sha256: fetched.sha256, bytes: fetched.bytes, binary: shim.name });
-
-      if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
-
-      // The versioned path: a new version never overwrites a binary running pods use.
-      const binary = path.join(shimsDir(o), fetched.sha256.slice(0, 16), shim.name);
-      const binaryOnHost = onHost(o, binary);
-      const newBinary = !fs.existsSync(binaryOnHost);
-      // Undo removes exactly the folders this install created.
-      let createdForBinary: string | undefined;
-      if (newBinary) {
-        createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
-        writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
-        this.changed.push(`installed ${binary}`);
-      }
-      const undoBinary = () => {
-        if (createdForBinary) fs.rmSync(createdForBinary, { recursive: true, force: true });
-      };
-
-      const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
-      let edited: { text: string } & EditRecord;
-      let configVersion: ConfigVersion;
-      let previousBinary = state?.binary;
-      try {
-        const current = original ?? await this.initialConfig(layout);
-        const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
-        configVersion = detectConfigVersion(layout.template ? rendered : current, major);
-        checkVersionSupported(configVersion, major);
-        // Without a usable record, the config shows which of our versions is in use.
-        previousBinary ??= this.ownBinaryIn(current, configVersion);
-        const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
-        edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options: o.runtimeOptions }, defaults));
-      } catch (e) {
-        undoBinary();
-        throw e instanceof ConfigError ? configFailed(e.message) : e;
-      }
-
-      const backup = original !== undefined ? this.backup(original) : undefined;
-      const mode = configExists ? permissions(configFile) : 0o644;
-      writeAtomically(configFile, edited.text, mode);
-      this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
-
-      const newState: InstallState = {
-        handler: o.handler,
-        shimName: o.shimName,
-        sha256: fetched.sha256,
-        location: url,
-        binary,
-        runtimeOptions: o.runtimeOptions,
-        distro: layout.distro,
-        configFile: layout.config,
-        configVersion,
-        configCreated: state?.configCreated ?? original === undefined,
-        edit: state?.edit ?? { addedSeparator: edited.addedSeparator, addedVersionLine: edited.addedVersionLine },
-        installedAt: new Date().toISOString(),
-      };
-
-      await this.restartOrRollBack(layout, binary, () => {
-        // Undo: the previous bytes (or no file), and the new binary.
-        if (original === undefined) fs.rmSync(configFile, { force: true });
-        else writeAtomically(configFile, original, mode);
-        backup?.undo();
-        undoBinary();
-      });
-
-      writeAtomically(statePath(o), JSON.stringify(newState, null, 2) + '\n', 0o600);
-      if (previousBinary && previousBinary !== binary) this.removeVersion(previousBinary);
-      this.rotateBackups();
-      return {
-        ...base,
-        outcome: 'installed',
-        message: `handler ${o.handler} installed from ${url}`,
-        sha256: fetched.sha256,
-        configVersion,
-        paths: { ...base.paths, binary },
-        state: newState,
-      };
-    } finally {
-      fs.rmSync(scratch, { recursive: true, force: true });
+    // The versioned path: a new version never overwrites a binary running pods use.
+    const binary = path.join(shimsDir(o), fetched.sha256.slice(0, 16), shim.name);
+    const binaryOnHost = onHost(o, binary);
+    const newBinary = !fs.existsSync(binaryOnHost);
+    // Undo removes exactly the folders this install created.
+    let createdForBinary: string | undefined;
+    if (newBinary) {
+      createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
+      writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
+      this.changed.push(`installed ${binary}`);
     }
+    const undoBinary = () => {
+      if (createdForBinary) fs.rmSync(createdForBinary, { recursive: true, force: true });
+    };
+
+    const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
+    let edited: { text: string } & EditRecord;
+    let configVersion: ConfigVersion;
+    let previousBinary = state?.binary;
+    try {
+      const current = original ?? await this.initialConfig(layout);
+      const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
+      configVersion = detectConfigVersion(layout.template ? rendered : current, major);
+      checkVersionSupported(configVersion, major);
+      // Without a usable record, the config shows which of our versions is in use.
+      previousBinary ??= this.ownBinaryIn(current, configVersion);
+      const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
+      edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options: o.runtimeOptions }, defaults));
+    } catch (e) {
+      undoBinary();
+      throw e instanceof ConfigError ? configFailed(e.message) : e;
+    }
+
+    const backup = original !== undefined ? this.backup(original) : undefined;
+    const mode = configExists ? permissions(configFile) : 0o644;
+    writeAtomically(configFile, edited.text, mode);
+    this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
+
+    const newState: InstallState = {
+      handler: o.handler,
+      shimName: o.shimName,
+      sha256: fetched.sha256,
+      location: url,
+      binary,
+      runtimeOptions: o.runtimeOptions,
+      distro: layout.distro,
+      configFile: layout.config,
+      configVersion,
+      configCreated: state?.configCreated ?? original === undefined,
+      edit: state?.edit ?? { addedSeparator: edited.addedSeparator, addedVersionLine: edited.addedVersionLine },
+      installedAt: new Date().toISOString(),
+    };
+
+    await this.restartOrRollBack(layout, binary, () => {
+      // Undo: the previous bytes (or no file), and the new binary.
+      if (original === undefined) fs.rmSync(configFile, { force: true });
+      else writeAtomically(configFile, original, mode);
+      backup?.undo();
+      undoBinary();
+    });
+
+    writeAtomically(statePath(o), JSON.stringify(newState, null, 2) + '\n', 0o600);
+    if (previousBinary && previousBinary !== binary) this.removeVersion(previousBinary);
+    this.rotateBackups();
+    return {
+      ...base,
+      outcome: 'installed',
+      message: `handler ${o.handler} installed from ${url}`,
+      sha256: fetched.sha256,
+      configVersion,
+      paths: { ...base.paths, binary },
+      state: newState,
+    };
   }
 
   private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined): Promise<InstallResult> {
@@ -286,7 +307,7 @@ export class Installer {
     const file = statePath(this.o);
     if (!fs.existsSync(file)) return undefined;
     const parsed = parseState(fs.readFileSync(file, 'utf8'), this.o.handler, stateFile(this.o));
-    if (parsed.problem) {
+    if (parsed.problem && parsed.problem !== this.stateProblem) {
       this.stateProblem = parsed.problem;
       this.log.warn(`${parsed.problem}; ignoring it and going by what containerd's config shows`);
     }

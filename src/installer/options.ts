@@ -28,6 +28,9 @@ export interface InstallerOptions {
   readonly socket?: string;
   readonly platform: string;
   readonly maxSizeBytes: number;
+  /** The most an archive may unpack to, in bytes and in entries. */
+  readonly maxExtractedBytes: number;
+  readonly maxFiles: number;
   readonly healthTimeoutSeconds: number;
   readonly downloadTimeoutSeconds: number;
   readonly retries: number;
@@ -51,8 +54,10 @@ export const FLAGS: FlagSpec[] = [
   { name: 'socket', arg: 'PATH', help: "containerd's socket on the host (default: per distribution)" },
   { name: 'platform', arg: 'OS/ARCH', help: "the node's platform (default: this machine's)" },
   { name: 'max-size', arg: 'BYTES', help: 'largest artifact accepted (default 268435456)' },
+  { name: 'max-extracted-size', arg: 'BYTES', help: 'most a .tar.gz artifact may unpack to (default 1073741824)' },
+  { name: 'max-files', arg: 'N', help: 'most entries a .tar.gz artifact may hold (default 1000)' },
   { name: 'health-timeout', arg: 'SECONDS', help: 'how long to wait for containerd after a restart (default 60)' },
-  { name: 'download-timeout', arg: 'SECONDS', help: 'timeout of one download attempt (default 120)' },
+  { name: 'download-timeout', arg: 'SECONDS', help: 'most one download attempt may take in all, connecting included (default 120)' },
   { name: 'retries', arg: 'N', help: 'download attempts after the first (default 3)' },
   { name: 'json-logs', help: 'log JSON lines on stderr' },
   { name: 'help', help: 'show this help' },
@@ -160,6 +165,8 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
     socket: single.socket,
     platform,
     maxSizeBytes: wholeNumber(single['max-size'], 'max-size', 256 * 1024 * 1024),
+    maxExtractedBytes: wholeNumber(single['max-extracted-size'], 'max-extracted-size', 1024 * 1024 * 1024),
+    maxFiles: wholeNumber(single['max-files'], 'max-files', 1000),
     healthTimeoutSeconds: wholeNumber(single['health-timeout'], 'health-timeout', 60),
     downloadTimeoutSeconds: wholeNumber(single['download-timeout'], 'download-timeout', 120),
     retries: wholeNumber(single.retries, 'retries', 3, 0),

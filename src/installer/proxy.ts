@@ -47,6 +47,8 @@ export function get(url: URL, timeoutMs: number, onResponse: (res: http.Incoming
       callback(null, tls.connect({ socket, servername: url.hostname }));
     });
     connect.on('error', err => callback(err));
+    // A proxy that accepts the connection but never answers CONNECT.
+    connect.on('timeout', () => connect.destroy(new Error(`proxy ${proxy.host} did not answer CONNECT within ${timeoutMs} ms`)));
     connect.end();
   };
   return https.get(url, { timeout: timeoutMs, agent }, onResponse);
