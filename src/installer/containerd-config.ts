@@ -7,13 +7,15 @@
 // inline table), the edit is refused rather than guessed.
 import { parse, stringify } from 'smol-toml';
 
-export type ConfigVersion = 1 | 2 | 3;
+export type ConfigVersion = 1 | 2 | 3 | 4;
+export const CONFIG_VERSIONS: ConfigVersion[] = [1, 2, 3, 4];
 
-/** Where runtime handlers live, per config schema version. */
+/** Where runtime handlers live, per config schema version (containerd 2.3's version 4 keeps 3's path). */
 export const RUNTIMES_PATH: Record<ConfigVersion, string[]> = {
   1: ['plugins', 'cri', 'containerd', 'runtimes'],
   2: ['plugins', 'io.containerd.grpc.v1.cri', 'containerd', 'runtimes'],
   3: ['plugins', 'io.containerd.cri.v1.runtime', 'containerd', 'runtimes'],
+  4: ['plugins', 'io.containerd.cri.v1.runtime', 'containerd', 'runtimes'],
 };
 
 export class ConfigError extends Error {}
@@ -54,8 +56,8 @@ export function detectConfigVersion(text: string, containerdMajor?: number): Con
     if (meaningful) return 1;
     return containerdMajor !== undefined && containerdMajor >= 2 ? 3 : 2;
   }
-  if (declared === 1 || declared === 2 || declared === 3) return declared;
-  throw new ConfigError(`unsupported config version ${JSON.stringify(declared)} (expected 1, 2 or 3)`);
+  if (CONFIG_VERSIONS.includes(declared)) return declared;
+  throw new ConfigError(`unsupported config version ${JSON.stringify(declared)} (expected 1, 2, 3 or 4)`);
 }
 
 /**
@@ -73,11 +75,29 @@ function hasBaseTemplate(text: string): boolean {
   return /\{\{\s*template\s+"base"/.test(text);
 }
 
+/**
+ * The folder whose `*.toml` files the config imports (containerd 2.2+ defaults to
+ * `imports = ['/etc/containerd/conf.d/*.toml']`), as written (a relative one is relative to
+ * the config's folder); undefined when it imports no such folder.
+ */
+export function importedDropInFolder(text: string): string | undefined {
+  const imports = parseConfig(text).imports;
+  if (!Array.isArray(imports)) return undefined;
+  for (const entry of imports) {
+    const m = typeof entry === 'string' ? /^(.+)\/\*\.toml$/.exec(entry) : null;
+    if (m && !m[1].includes('*')) return m[1];
+  }
+  return undefined;
+}
+
 /** Refuses schema/daemon combinations whose edits containerd would ignore. */
-export function checkVersionSupported(version: ConfigVersion, containerdMajor: number | undefined): void {
+export function checkVersionSupported(version: ConfigVersion, containerdMajor: number | undefined, containerdMinor?: number): void {
   if (containerdMajor === undefined) return;
-  if (containerdMajor < 2 && version === 3) {
-    throw new ConfigError('a version-3 config file cannot be read by containerd 1.x; the file and the daemon disagree');
+  if (containerdMajor < 2 && version >= 3) {
+    throw new ConfigError(`a version-${version} config file cannot be read by containerd 1.x; the file and the daemon disagree`);
+  }
+  if (version === 4 && containerdMajor === 2 && containerdMinor !== undefined && containerdMinor < 3) {
+    throw new ConfigError(`a version-4 config file needs containerd 2.3 or newer, the host runs 2.${containerdMinor}; the file and the daemon disagree`);
   }
   if (containerdMajor >= 2 && version === 1) {
     throw new ConfigError('a version-1 config file on containerd 2: migrate it first (containerd config migrate) and retry');
@@ -224,7 +244,7 @@ function defaultRuntimesBlock(version: ConfigVersion, runtimes: Record<string, a
 /** The runtimes table of `containerd config default` output, translated to `version`'s path. */
 export function defaultRuntimesOf(defaultConfigText: string): Record<string, any> | undefined {
   const config = parseConfig(defaultConfigText, 'containerd config default');
-  for (const v of [3, 2, 1] as ConfigVersion[]) {
+  for (const v of [3, 2, 1] as ConfigVersion[]) { // 4 shares 3's path
     const runtimes = lookup(config, RUNTIMES_PATH[v]);
     if (runtimes && typeof runtimes === 'object') return runtimes;
   }

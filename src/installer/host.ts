@@ -1,6 +1,7 @@
 import { execFile } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
+import type { ConfigVersion } from './containerd-config';
 import { resolveInHostRoot } from './host-paths';
 import { findHostTool, hostSearchPath } from './host-tools';
 import { Distro, InstallerOptions } from './options';
@@ -16,6 +17,13 @@ export interface DistroLayout {
   readonly template: boolean;
   readonly socket: string;
   readonly unit?: string;
+  /**
+   * The edited file is one of ours alone (a drop-in named after the handler): uninstall
+   * removes it once our handler is out, even without the state file's record.
+   */
+  readonly ownFile?: boolean;
+  /** For a drop-in next to a main config: the schema version to write it in (the main file's). */
+  readonly dropInVersion?: ConfigVersion;
 }
 
 /**
@@ -57,7 +65,7 @@ export function layoutFor(options: InstallerOptions, distro: Distro, containerdM
     case 'k0s':
       // k0s imports every file of its containerd.d folder: one drop-in file per handler,
       // which uninstall removes, and k0s reloads by itself.
-      return plainLayout(distro, `/etc/k0s/containerd.d/rcm-${options.handler}.toml`, '/run/k0s/containerd.sock');
+      return { ...plainLayout(distro, `/etc/k0s/containerd.d/rcm-${options.handler}.toml`, '/run/k0s/containerd.sock'), ownFile: options.config === undefined };
     case 'microk8s':
       return plainLayout(distro, '/var/snap/microk8s/current/args/containerd-template.toml',
         '/var/snap/microk8s/common/run/containerd.sock', 'snap.microk8s.daemon-containerd');
@@ -127,11 +135,11 @@ function podTool(name: string): string {
 }
 
 /** containerd's version on the host, e.g. { text: '1.6.20', major: 1 }; undefined when unknown. */
-export async function containerdVersion(host: HostContext): Promise<{ text: string; major: number; binary: string } | undefined> {
+export async function containerdVersion(host: HostContext): Promise<{ text: string; major: number; minor: number; binary: string } | undefined> {
   const r = await hostCommand(host, ['containerd', '--version'], 20_000);
-  const m = /\s(v?(\d+)\.\d+\.\d+\S*)/.exec(r.stdout);
+  const m = /\s(v?(\d+)\.(\d+)\.\d+\S*)/.exec(r.stdout);
   const binary = findHostTool(host.hostRoot, host.searchPath, 'containerd') ?? 'containerd';
-  return r.code === 0 && m ? { text: m[1].replace(/^v/, ''), major: Number(m[2]), binary } : undefined;
+  return r.code === 0 && m ? { text: m[1].replace(/^v/, ''), major: Number(m[2]), minor: Number(m[3]), binary } : undefined;
 }
 
 /**

@@ -4,7 +4,7 @@ import * as path from 'path';
 import { ShimBinary, unpackShim } from './artifact';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
-  handlerRuntimeType, needsDefaultRuntimes, removeRuntime,
+  handlerRuntimeType, importedDropInFolder, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
@@ -33,6 +33,11 @@ export interface InstallResult {
   state?: InstallState;
   /** What is wrong with the state file, when it could not be used. */
   stateProblem?: string;
+}
+
+/** A config without any setting but its version (what is left of a drop-in once our handler is out). */
+function declaresNothing(text: string): boolean {
+  return Object.keys(parseConfig(text)).every(key => key === 'version');
 }
 
 /** A downloaded, verified and unpacked artifact (in the installer's scratch folder). */
@@ -85,6 +90,8 @@ function sameOptions(a: Record<string, string>, b: Record<string, string>): bool
 export class Installer {
   private readonly timer = new Timer();
   private readonly changed: string[] = [];
+  /** containerd's minor version on the host, when known. */
+  private containerdMinor?: number;
   /** What was wrong with the state file, if anything. */
   private stateProblem?: string;
   /** The host's namespaces and tool folders, once the distribution is known. */
@@ -109,7 +116,9 @@ export class Installer {
       this.log.warn('containerd was not found on the host or did not tell its version; the config schema is guessed from the file',
         { distro, searched: this.host.searchPath.join(':') });
     }
-    const layout = layoutFor(this.o, distro, version?.major);
+    this.containerdMinor = version?.minor;
+    const layout = this.preferDropIn(layoutFor(this.o, distro, version?.major), version?.major);
+    onHost(this.o, layout.config); // a config path that cannot be resolved is refused before anything is touched
     const base: InstallResult = {
       outcome: 'failed',
       exitCode: ExitCode.SUCCESS,
@@ -211,8 +220,8 @@ export class Installer {
     try {
       const current = original ?? await this.initialConfig(layout);
       const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
-      configVersion = detectConfigVersion(layout.template ? rendered : current, major);
-      checkVersionSupported(configVersion, major);
+      configVersion = layout.dropInVersion ?? detectConfigVersion(layout.template ? rendered : current, major);
+      checkVersionSupported(configVersion, major, this.containerdMinor);
       // Without a usable record, the config shows which of our versions is in use.
       previousBinary ??= this.ownBinaryIn(current, configVersion);
       const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
@@ -224,6 +233,8 @@ export class Installer {
 
     const backup = original !== undefined ? this.backup(original) : undefined;
     const mode = configExists ? permissions(configFile) : 0o644;
+    // A drop-in folder that the main config names but nobody made yet goes again with our file.
+    const folderCreated = !fs.existsSync(path.dirname(configFile));
     writeAtomically(configFile, edited.text, mode);
     this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
 
@@ -238,6 +249,7 @@ export class Installer {
       configFile: layout.config,
       configVersion,
       configCreated: state?.configCreated ?? original === undefined,
+      configFolderCreated: state?.configFolderCreated ?? folderCreated,
       edit: state?.edit ?? { addedSeparator: edited.addedSeparator, addedVersionLine: edited.addedVersionLine },
       installedAt: new Date().toISOString(),
     };
@@ -246,6 +258,7 @@ export class Installer {
       // Undo: the previous bytes (or no file), and the new binary.
       if (original === undefined) fs.rmSync(configFile, { force: true });
       else writeAtomically(configFile, original, mode);
+      if (folderCreated) fs.rmSync(path.dirname(configFile), { recursive: true, force: true });
       backup?.undo();
       undoBinary();
     });
@@ -283,8 +296,15 @@ export class Installer {
     const mode = original !== undefined ? permissions(configFile) : 0o644;
     if (removed.removed) {
       const backup = this.backup(original!);
-      if (state?.configCreated && removed.text.trim() === '') fs.rmSync(configFile, { force: true });
-      else writeAtomically(configFile, removed.text, mode);
+      // Without a record, a drop-in named after our handler is ours when nothing but its version is left.
+      const removable = state ? state.configCreated && removed.text.trim() === '' : layout.ownFile === true && declaresNothing(removed.text);
+      if (removable) {
+        fs.rmSync(configFile, { force: true });
+        const folder = path.dirname(configFile);
+        if (state?.configFolderCreated && fs.readdirSync(folder).length === 0) fs.rmdirSync(folder);
+      } else {
+        writeAtomically(configFile, removed.text, mode);
+      }
       this.changed.push(`removed handler ${o.handler} from ${state?.configFile ?? layout.config}`);
       await this.restartOrRollBack(layout, undefined, () => {
         writeAtomically(configFile, original!, mode);
@@ -312,6 +332,32 @@ export class Installer {
       this.log.warn(`${parsed.problem}; ignoring it and going by what containerd's config shows`);
     }
     return parsed.state;
+  }
+
+  /**
+   * Where the main config imports a drop-in folder on containerd 2 (2.2+ write
+   * `imports = ['/etc/containerd/conf.d/*.toml']` by default), the handler goes in a file of
+   * its own there and the main file stays untouched, as kata-deploy and nvidia-ctk do:
+   * containerd 2 merges imports deeply. Never on 1.x, where an imported CRI table replaces
+   * the main file's whole table. A handler already in the main file stays there.
+   */
+  private preferDropIn(layout: DistroLayout, major: number | undefined): DistroLayout {
+    if (layout.template || layout.distro === 'k0s' || major === undefined || major < 2) return layout;
+    const main = onHost(this.o, layout.config);
+    if (!fs.existsSync(main)) return layout;
+    let version: ConfigVersion;
+    let folder: string | undefined;
+    let text: string;
+    try {
+      text = fs.readFileSync(main, 'utf8');
+      version = detectConfigVersion(text, major);
+      folder = importedDropInFolder(text);
+    } catch {
+      return layout; // the edit of the main file reports what is wrong with it
+    }
+    if (version < 3 || folder === undefined || handlerRuntimeType(text, version, this.o.handler) !== undefined) return layout;
+    const dir = path.posix.resolve(path.posix.dirname(layout.config), folder);
+    return { ...layout, config: `${dir}/rcm-${this.o.handler}.toml`, ownFile: true, dropInVersion: version };
   }
 
   /** The binary the config gives our handler, when it is one of ours (under our shims folder). */

@@ -5,7 +5,7 @@
 // the Shim's finalizer forever). An unusable record is reported and ignored; the installer
 // then goes by what containerd's config itself shows (our delimited block and the binary it
 // names).
-import type { ConfigVersion, EditRecord } from './containerd-config';
+import { CONFIG_VERSIONS, ConfigVersion, EditRecord } from './containerd-config';
 
 /** What this installer changed on the host, so that uninstall reverses exactly that. */
 export interface InstallState {
@@ -21,6 +21,8 @@ export interface InstallState {
   readonly configFile: string;
   readonly configVersion: ConfigVersion;
   readonly configCreated: boolean;
+  /** The folder of the edited file was made by this installer (a drop-in folder). */
+  readonly configFolderCreated?: boolean;
   readonly edit: EditRecord;
   readonly installedAt: string;
 }
@@ -43,13 +45,14 @@ export function parseState(text: string, handler: string, file: string): ParsedS
   const missing = STRING_FIELDS.filter(f => typeof value[f] !== 'string');
   if (missing.length > 0) return { problem: `the state file ${file} lacks ${missing.join(', ')}` };
   if (value.handler !== handler) return { problem: `the state file ${file} is for handler "${value.handler}", not "${handler}"` };
-  if (![1, 2, 3].includes(value.configVersion)) return { problem: `the state file ${file} has no valid configVersion` };
+  if (!CONFIG_VERSIONS.includes(value.configVersion)) return { problem: `the state file ${file} has no valid configVersion` };
   if (!value.binary.startsWith('/') || !value.configFile.startsWith('/')) return { problem: `the state file ${file} names relative paths` };
   return {
     state: {
       ...value,
       runtimeOptions: isStringRecord(value.runtimeOptions) ? value.runtimeOptions : {},
       configCreated: value.configCreated === true,
+      configFolderCreated: value.configFolderCreated === true,
       edit: {
         addedSeparator: value.edit?.addedSeparator === true,
         addedVersionLine: value.edit?.addedVersionLine === true,

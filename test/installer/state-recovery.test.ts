@@ -19,6 +19,7 @@ const GOOD = {
   configFile: '/etc/containerd/config.toml',
   configVersion: 2,
   configCreated: false,
+  configFolderCreated: false,
   edit: { addedSeparator: false, addedVersionLine: false },
   installedAt: '2026-11-22T00:00:00.000Z',
 };

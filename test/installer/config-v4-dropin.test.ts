@@ -1,0 +1,151 @@
+import { execFileSync } from 'child_process';
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { parse } from 'smol-toml';
+import { addRuntime, checkVersionSupported, detectConfigVersion, importedDropInFolder, removeRuntime } from '../../src/installer/containerd-config';
+import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
+import { ArtifactServer, buildInstaller, runBundle, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { CONTAINERD_BINARIES } from '../support/tools';
+
+// containerd 2.3's config (version 4, imports of /etc/containerd/conf.d/*.toml) and drop-in
+// folders. No 2.3 binary exists here: version-4 files are checked structurally, and by
+// containerd 2.1's `config dump` of the same text with `version = 3` (same runtime plugin
+// path). Drop-ins are judged by a real containerd 2.1 daemon on a fake host.
+
+const C21 = CONTAINERD_BINARIES.find(c => c.version === '2.1')!;
+const V4 = fs.readFileSync(path.join(__dirname, '..', 'fixtures', 'containerd-2.3', 'default-v4.toml'), 'utf8');
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-v4-'));
+const ENTRY = { handler: 'rcmtest', runtimeType: '/opt/rcm/shims/rcmtest/0123456789abcdef/containerd-shim-rcmtest-v2', options: { SystemdCgroup: 'true' } };
+const RUNTIMES = ['plugins', 'io.containerd.cri.v1.runtime', 'containerd', 'runtimes'];
+const runtimesOf = (config: any) => RUNTIMES.reduce((n, k) => n?.[k], config);
+
+afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
+
+/** containerd 2.1's effective config of `main` (with `files` beside it, for imports). */
+function dump21(main: string, files: Record<string, string> = {}): any {
+  const dir = fs.mkdtempSync(path.join(work, 'dump-'));
+  for (const [name, text] of Object.entries(files)) fs.writeFileSync(path.join(dir, name), text);
+  fs.writeFileSync(path.join(dir, 'config.toml'), main.replace(/CONF_D/g, dir));
+  const out = execFileSync(C21.binary, ['--config', path.join(dir, 'config.toml'), 'config', 'dump'], { encoding: 'utf8' });
+  return parse(out.split(dir).join('DIR'));
+}
+const asV3 = (text: string) => text.replace(/^version = 4$/m, 'version = 3');
+
+describe('a version-4 config (containerd 2.3)', () => {
+  test('is accepted, with version 3\'s runtime plugin path; the edit adds exactly the handler and is undone byte for byte', () => {
+    expect(detectConfigVersion(V4, 2)).toBe(4);
+    const { text: installed, ...edit } = addRuntime(V4, 4, ENTRY);
+    // structurally: the handler sits where version 3 puts it, the rest is the original text
+    expect(installed.startsWith(V4)).toBe(true);
+    expect(runtimesOf(parse(installed)).rcmtest).toEqual({ runtime_type: ENTRY.runtimeType, options: { SystemdCgroup: true } });
+    // and containerd 2.1 reads the same text as version 3 with only the handler added
+    const before = dump21(asV3(V4));
+    const after = dump21(asV3(installed));
+    expect(runtimesOf(after).rcmtest).toMatchObject({ runtime_type: ENTRY.runtimeType, options: { SystemdCgroup: true } });
+    delete runtimesOf(after).rcmtest;
+    expect(after).toEqual(before);
+    expect(removeRuntime(installed, 4, 'rcmtest', edit).text).toBe(V4);
+  });
+
+  test('is refused on containerd older than 2.3, and on 1.x', () => {
+    expect(() => checkVersionSupported(4, 2, 1)).toThrow(/version-4 config file needs containerd 2.3 or newer, the host runs 2.1/);
+    expect(() => checkVersionSupported(4, 1, 7)).toThrow(/version-4 config file cannot be read by containerd 1.x/);
+    expect(() => checkVersionSupported(4, 2, 3)).not.toThrow();
+  });
+
+  test('names the drop-in folder it imports; a drop-in for it holds version 4 and only the handler', () => {
+    expect(importedDropInFolder(V4)).toBe('/etc/containerd/conf.d');
+    expect(importedDropInFolder('version = 3\nimports = ["conf.d/*.toml", "/x/y.toml"]\n')).toBe('conf.d');
+    expect(importedDropInFolder('version = 3\nimports = ["/etc/containerd/extra.toml"]\n')).toBeUndefined();
+    expect(importedDropInFolder('version = 2\n')).toBeUndefined();
+    const { text: dropIn } = addRuntime('', 4, ENTRY);
+    expect(dropIn.startsWith('version = 4\n')).toBe(true);
+    // the main file with its imports, and the drop-in beside it: containerd 2.1 merges them
+    const main = asV3(V4).replace("imports = ['/etc/containerd/conf.d/*.toml']", "imports = ['CONF_D/*.toml']");
+    const merged = dump21(main, { 'rcm-rcmtest.toml': asV3(dropIn) });
+    expect(runtimesOf(merged).rcmtest.runtime_type).toBe(ENTRY.runtimeType);
+    expect(runtimesOf(merged).runc).toEqual(runtimesOf(dump21(main)).runc);
+  });
+});
+
+describe('a containerd 2.1 host whose config imports a drop-in folder', () => {
+  const MAIN = '/etc/containerd/config.toml';
+  const SOCKET = '/run/containerd/containerd.sock';
+  let bundle: string;
+  let server: ArtifactServer;
+  let url: string;
+  const hosts: FakeHost[] = [];
+  /** The main config: 2.1's defaults on this host's paths, importing conf.d as 2.2+ do. */
+  const mainConfig = () => containerdBaseConfig(C21.binary, { root: '/var/lib/containerd', state: '/run/containerd', socket: SOCKET })
+    .replace(/^imports = \[\]$/m, "imports = ['/etc/containerd/conf.d/*.toml']");
+  const RESTART = 'old=$(cat /run/containerd.pid); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done';
+
+  beforeAll(async () => {
+    bundle = buildInstaller(work);
+    server = await startArtifactServer();
+    url = server.put('shim.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() }));
+  });
+  afterAll(async () => {
+    for (const host of hosts) await host.stop();
+    await server?.close();
+  });
+
+  async function bootHost(extra: Record<string, string> = {}): Promise<FakeHost> {
+    const h = await startFakeHost({
+      'usr/bin/containerd': { copy: C21.binary },
+      'usr/bin/ctr': { copy: path.join(path.dirname(C21.binary), 'ctr') },
+      [MAIN.slice(1)]: mainConfig(),
+      'var/log/.keep': '',
+      ...extra,
+    }, `while true; do containerd --config ${MAIN} >> /var/log/containerd.log 2>&1 & echo $! > /run/containerd.pid; wait $!; sleep 0.2; done`);
+    hosts.push(h);
+    for (let i = 0; i < 100; i++) {
+      try {
+        h.run(['ctr', '--address', SOCKET, 'version']);
+        break;
+      } catch {
+        await new Promise(r => setTimeout(r, 200));
+      }
+    }
+    return h;
+  }
+  const args = (h: FakeHost) => [`--host-root=${h.root}`, `--host-pid=${h.pid}`, '--handler=rcmtest', '--restart=command', `--restart-command=${RESTART}`,
+    '--retries=0', '--health-timeout=30'];
+  const effective = (h: FakeHost) => parse(h.run(['containerd', '--config', MAIN, 'config', 'dump']));
+
+  test('the handler goes into a drop-in of its own; the main file is never touched; uninstall leaves nothing', async () => {
+    // GIVEN a host whose main config imports /etc/containerd/conf.d/*.toml (the folder does not exist yet)
+    const h = await bootHost();
+    const main = fs.readFileSync(path.join(h.root, MAIN), 'utf8');
+    const before = effective(h);
+    // WHEN installing
+    const install = await runBundle(bundle, 'install', [...args(h), `--location=${url}`]);
+    // THEN the drop-in holds the handler, the main file is byte for byte the same, and the restarted daemon serves it
+    expect(install.stderr).not.toMatch(/ERROR/);
+    expect(install.code).toBe(0);
+    expect(install.result).toMatchObject({ configVersion: 3, paths: { config: '/etc/containerd/conf.d/rcm-rcmtest.toml' } });
+    expect(fs.readFileSync(path.join(h.root, MAIN), 'utf8')).toBe(main);
+    expect(fs.readFileSync(path.join(h.root, 'etc/containerd/conf.d/rcm-rcmtest.toml'), 'utf8')).toMatch(/^version = 3\n/);
+    const after: any = effective(h);
+    expect(runtimesOf(after).rcmtest.runtime_type).toBe(install.result.paths.binary);
+    expect(runtimesOf(after).runc).toEqual(runtimesOf(before).runc);
+    // WHEN uninstalling THEN the drop-in and the folder it needed are gone, and containerd reads what it read before
+    const uninstall = await runBundle(bundle, 'uninstall', args(h));
+    expect(uninstall.code).toBe(0);
+    expect(fs.existsSync(path.join(h.root, 'etc/containerd/conf.d'))).toBe(false);
+    expect(fs.readFileSync(path.join(h.root, MAIN), 'utf8')).toBe(main);
+    expect(effective(h)).toEqual(before);
+  }, 90_000);
+
+  test('without the state file, uninstall still removes our drop-in and leaves the admin\'s', async () => {
+    const h = await bootHost({ 'etc/containerd/conf.d/00-admin.toml': 'version = 3\n[plugins."io.containerd.cri.v1.images"]\n  snapshotter = "native"\n' });
+    expect((await runBundle(bundle, 'install', [...args(h), `--location=${url}`])).code).toBe(0);
+    fs.rmSync(path.join(h.root, 'opt/rcm/state/rcmtest.json'));
+    const uninstall = await runBundle(bundle, 'uninstall', args(h));
+    expect(uninstall.code).toBe(0);
+    expect(uninstall.result.outcome).toBe('uninstalled');
+    expect(fs.readdirSync(path.join(h.root, 'etc/containerd/conf.d'))).toEqual(['00-admin.toml']);
+    expect(runtimesOf(effective(h)).rcmtest).toBeUndefined();
+  }, 90_000);
+});
