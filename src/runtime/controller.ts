@@ -7,8 +7,8 @@ import { isConflictOrExists, Kube, unlessNotFound } from './kube';
 import { Metrics } from './metrics';
 import { FINALIZER, plan } from './planner';
 import { WorkQueue } from './queue';
-import { Action, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
 import { canonical } from './runtime-class';
+import { Action, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
 import { Logger } from '../installer/log';
 
 export const FIELD_MANAGER = 'rcm-controller';
@@ -157,7 +157,8 @@ export class Controller {
 
   private runtimeClassViews(shim: ShimObject): RuntimeClassView[] {
     return this.runtimeClasses.list()
-      .filter(rc => rc.metadata.name === shim.spec?.runtimeClass?.name || (rc.metadata.ownerReferences ?? []).some((o: any) => o.uid === shim.metadata.uid))
+      .filter(rc => rc.metadata.name === shim.spec?.runtimeClass?.name
+        || (rc.metadata.ownerReferences ?? []).some((o: any) => o.uid === shim.metadata.uid))
       .map(rc => {
         const owners = rc.metadata.ownerReferences ?? [];
         return {
@@ -235,7 +236,8 @@ export class Controller {
         if (action.replace) await unlessNotFound(this.kube.delete(rcPath(rcName)));
         await this.kube.apply(rcPath(rcName), action.object, FIELD_MANAGER);
         if (action.dropSelectorKeys.length > 0) {
-          await this.kube.mergePatch(rcPath(rcName), { scheduling: { nodeSelector: Object.fromEntries(action.dropSelectorKeys.map(k => [k, null])) } });
+          const nodeSelector = Object.fromEntries(action.dropSelectorKeys.map(k => [k, null]));
+          await this.kube.mergePatch(rcPath(rcName), { scheduling: { nodeSelector } });
         }
         return;
       }

@@ -49,8 +49,12 @@ export function installerJob(settings: JobSettings, shim: ShimObject, request: J
 
   const labels = { [LABEL_MANAGED_BY]: MANAGED_BY, [LABEL_SHIM_UID]: shim.metadata.uid };
   const annotations = {
-    [ANNOTATION_SHIM]: shim.metadata.name, [ANNOTATION_NODE]: node, [ANNOTATION_OPERATION]: operation,
-    [ANNOTATION_HANDLER]: request.handler, [ANNOTATION_REVISION]: request.revision, [ANNOTATION_ATTEMPT]: String(request.attempt),
+    [ANNOTATION_SHIM]: shim.metadata.name,
+    [ANNOTATION_NODE]: node,
+    [ANNOTATION_OPERATION]: operation,
+    [ANNOTATION_HANDLER]: request.handler,
+    [ANNOTATION_REVISION]: request.revision,
+    [ANNOTATION_ATTEMPT]: String(request.attempt),
     ...(artifact?.sha256 ? { [ANNOTATION_SHA256]: artifact.sha256 } : {}),
   };
   return {

@@ -66,12 +66,14 @@ export function fold(record: NodeRecord, finished: JobView[], context: { bootID?
   let { installed, failure } = record;
   for (const job of [...finished].sort(byFinish)) {
     if (job.phase === 'failed' && failure && isFailureOf(failure, job)) continue; // recorded already, with its retry token
-    const sameOperation = failure && failure.operation === job.operation && failure.handler === job.handler;
+    // A success ends the failure of that operation on that handler, whatever revision failed.
+    const endsFailure = failure && failure.operation === job.operation && failure.handler === job.handler;
     if (job.phase === 'succeeded') {
-      if (sameOperation) failure = undefined;
+      if (endsFailure) failure = undefined;
       installed = installed.filter(e => e.handler !== job.handler);
       if (job.operation === 'install') {
-        installed = [{ handler: job.handler, revision: job.revision, ...(job.sha256 ? { sha256: job.sha256 } : {}), ...(bootID ? { bootID } : {}) }, ...installed];
+        const entry = { handler: job.handler, revision: job.revision, ...(job.sha256 ? { sha256: job.sha256 } : {}), ...(bootID ? { bootID } : {}) };
+        installed = [entry, ...installed];
       }
     } else if (job.phase === 'failed') {
       failure = {
@@ -89,9 +91,16 @@ export function fold(record: NodeRecord, finished: JobView[], context: { bootID?
   return { installed, ...(failure ? { failure } : {}) };
 }
 
+type OperationOn = Pick<FailureRecord, 'operation' | 'handler' | 'revision'>;
+
+/** The same operation on the same handler and revision (any attempt). */
+export function sameOperation(a: OperationOn, b: OperationOn): boolean {
+  return a.operation === b.operation && a.handler === b.handler && a.revision === b.revision;
+}
+
 /** The failure record describes this failed Job. */
 export function isFailureOf(failure: FailureRecord, job: JobView): boolean {
-  return failure.operation === job.operation && failure.handler === job.handler && failure.revision === job.revision && failure.attempt === job.attempt;
+  return sameOperation(failure, job) && failure.attempt === job.attempt;
 }
 
 /**

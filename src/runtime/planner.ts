@@ -7,10 +7,10 @@
 // registered and meant to serve. Every other decision is derived from that record, the
 // running Jobs and the spec, on every pass (level-triggered).
 import * as crypto from 'crypto';
-import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord } from './node-record';
+import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation } from './node-record';
 import { planRuntimeClass } from './runtime-class';
 import {
-  Action, Condition, FailedNode, FailureRecord, JobRequest, JobView, NodeView, Operation, Plan, RetryPolicy, RuntimeClassView,
+  Action, Condition, FailedNode, FailureRecord, JobRequest, JobView, NodeRecord, NodeView, Operation, Plan, RetryPolicy, RuntimeClassView,
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
 import { ShimNodeLabels } from '../constructs/node-labels';
@@ -177,7 +177,7 @@ interface Tally {
   conflict?: string;
 }
 
-function nextStep(record: ReturnType<typeof readRecord>, serving: boolean, desired: { handler: string; revision: string } | undefined, bootID?: string): Step | undefined {
+function nextStep(record: NodeRecord, serving: boolean, desired: Omit<Step, 'operation'> | undefined, bootID?: string): Step | undefined {
   const top = record.installed[0];
   if (!serving) return top ? { operation: 'uninstall', handler: top.handler, revision: top.revision } : undefined;
   if (!desired) return undefined; // an invalid Shim: the nodes keep what they have
@@ -243,8 +243,7 @@ export function plan(input: PlanInput): Plan {
 
     const step = running.length > 0 ? undefined : nextStep(record, serving, desired, node.bootID);
     const failure = record.failure;
-    const relevant = failure !== undefined && step !== undefined && failure.operation === step.operation
-      && failure.handler === step.handler && failure.revision === step.revision && failure.retry === retryToken;
+    const relevant = failure !== undefined && step !== undefined && sameOperation(failure, step) && failure.retry === retryToken;
     // A failure of something no longer wanted (a new revision, a retry requested, done since)
     // is forgotten; while a Job runs, or while an invalid Shim leaves the node alone, it stays.
     if (failure && !relevant && running.length === 0 && (step !== undefined || desired !== undefined || !serving)) {
@@ -266,8 +265,7 @@ export function plan(input: PlanInput): Plan {
 
     if (running.length > 0) {
       // A retry in progress: the failure it follows stays visible (and Degraded stays) until it ends.
-      const retried = failure && running.find(j => j.operation === failure.operation && j.handler === failure.handler && j.revision === failure.revision);
-      if (failure && retried) tally.failures.push(failedNode(node.name, failure, policy));
+      if (failure && running.some(j => sameOperation(j, failure))) tally.failures.push(failedNode(node.name, failure, policy));
       // A Job that a down node never started holds a slot for nothing: drop it, retry later.
       if (!node.ready && running.every(j => !j.started)) {
         for (const job of running) actions.push({ kind: 'deleteJob', name: job.name });
@@ -352,8 +350,13 @@ export function plan(input: PlanInput): Plan {
 
 function failedNode(name: string, failure: FailureRecord, policy: RetryPolicy, nextAttempt?: string): Tally['failures'][number] {
   return {
-    name, operation: failure.operation, reason: failure.reason, message: failure.message, attempts: failure.attempt,
-    ...(nextAttempt ? { nextAttempt } : {}), exhausted: failure.attempt >= policy.failureThreshold,
+    name,
+    operation: failure.operation,
+    reason: failure.reason,
+    message: failure.message,
+    attempts: failure.attempt,
+    ...(nextAttempt ? { nextAttempt } : {}),
+    exhausted: failure.attempt >= policy.failureThreshold,
   };
 }
 
@@ -376,7 +379,7 @@ function invalidEvent(previous: ShimStatus | undefined, invalid: string): Action
 }
 
 /** One event per finished Job seen for the first time. */
-function resultEvents(node: string, finished: JobView[], recorded: ReturnType<typeof readRecord>['failure']): Action[] {
+function resultEvents(node: string, finished: JobView[], recorded: FailureRecord | undefined): Action[] {
   const events: Action[] = [];
   for (const job of finished) {
     if (job.phase === 'succeeded') {
@@ -386,7 +389,9 @@ function resultEvents(node: string, finished: JobView[], recorded: ReturnType<ty
     } else if (!(recorded && isFailureOf(recorded, job))) {
       const reason = job.operation === 'install' ? 'InstallFailed' : 'UninstallFailed';
       events.push({
-        kind: 'event', type: 'Warning', reason,
+        kind: 'event',
+        type: 'Warning',
+        reason,
         message: `node ${node}: attempt ${job.attempt}: ${job.result?.reason ?? reason}: ${job.result?.message ?? 'the installer Job failed without a result'}`,
       });
     }
@@ -396,8 +401,18 @@ function resultEvents(node: string, finished: JobView[], recorded: ReturnType<ty
 
 function emptyTally(revision: string, t: { invalid?: string; deleting: boolean; nodes?: number }): Tally {
   return {
-    revision, nodes: t.nodes ?? 0, ready: 0, failures: [], inFlight: 0, waitingForNodes: [], blocked: [], queued: 0,
-    stopped: false, deleting: t.deleting, remaining: 0, invalid: t.invalid,
+    revision,
+    nodes: t.nodes ?? 0,
+    ready: 0,
+    failures: [],
+    inFlight: 0,
+    waitingForNodes: [],
+    blocked: [],
+    queued: 0,
+    stopped: false,
+    deleting: t.deleting,
+    remaining: 0,
+    invalid: t.invalid,
   };
 }
 

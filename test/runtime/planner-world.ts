@@ -7,7 +7,7 @@ import { Action, JobView, NodeView, RetryPolicy, RuntimeClassObject, ShimObject 
 export const POLICY: RetryPolicy = { baseSeconds: 10, maxSeconds: 80, failureThreshold: 3 };
 
 export class World {
-  nodes = new Map<string, { labels: Record<string, string>; annotations: Record<string, string>; ready: boolean; schedulable: boolean; bootID?: string }>();
+  nodes = new Map<string, Omit<NodeView, 'name'>>();
   /** Handlers really installed on each host (what containerd would run). */
   hosts = new Map<string, Set<string>>();
   jobs: (JobView & { started: boolean })[] = [];
@@ -30,7 +30,7 @@ export class World {
   }
 
   views(): NodeView[] {
-    return [...this.nodes].map(([name, n]) => ({ name, labels: { ...n.labels }, annotations: { ...n.annotations }, ready: n.ready, schedulable: n.schedulable, bootID: n.bootID }));
+    return [...this.nodes].map(([name, n]) => ({ ...n, name, labels: { ...n.labels }, annotations: { ...n.annotations } }));
   }
 
   /** One reconcile of the named Shim; returns its plan. */
@@ -72,8 +72,16 @@ export class World {
         const { job } = action;
         if (this.jobs.some(j => j.name === job.name)) break;
         this.jobs.push({
-          name: job.name, shimUid: shim.metadata.uid, node: job.node, operation: job.operation, handler: job.handler, revision: job.revision,
-          sha256: job.artifact?.sha256, attempt: job.attempt, phase: 'running', started: true,
+          name: job.name,
+          shimUid: shim.metadata.uid,
+          node: job.node,
+          operation: job.operation,
+          handler: job.handler,
+          revision: job.revision,
+          sha256: job.artifact?.sha256,
+          attempt: job.attempt,
+          phase: 'running',
+          started: true,
         });
         break;
       }

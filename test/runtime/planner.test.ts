@@ -2,7 +2,7 @@ import { POLICY, World } from './planner-world';
 import { ShimNodeLabels } from '../../src/constructs/node-labels';
 import { readRecord, recordKeys } from '../../src/runtime/node-record';
 import { backoffSeconds, FINALIZER, jobName, maxInFlight, plan, PlanInput, RETRY_ANNOTATION, revisionOf } from '../../src/runtime/planner';
-import { Action, JobView, NodeView, ShimObject, ShimSpec } from '../../src/runtime/types';
+import { Action, Condition, JobView, NodeView, ShimObject, ShimSpec } from '../../src/runtime/types';
 
 // Table tests of the pure planner: observed state in, actions and status out. Scenario tests
 // run it in a small world (planner-world.ts) that checks the invariants after every step.
@@ -36,8 +36,17 @@ function job(nodeName: string, s: ShimObject, phase: JobView['phase'], operation
   const revision = more.revision ?? rev(s);
   const attempt = more.attempt ?? 1;
   return {
-    name: jobName('spin', nodeName, operation, handler, revision, attempt), shimUid: 'u1', node: nodeName, operation, handler, revision, attempt,
-    phase, started: true, ...(phase !== 'running' ? { finishedAt: NOW } : {}), ...more,
+    name: jobName('spin', nodeName, operation, handler, revision, attempt),
+    shimUid: 'u1',
+    node: nodeName,
+    operation,
+    handler,
+    revision,
+    attempt,
+    phase,
+    started: true,
+    ...(phase !== 'running' ? { finishedAt: NOW } : {}),
+    ...more,
   };
 }
 
@@ -47,7 +56,7 @@ function run(input: Partial<PlanInput> & { shim: ShimObject }) {
 
 const kinds = <K extends Action['kind']>(actions: Action[], kind: K) => actions.filter(a => a.kind === kind) as Extract<Action, { kind: K }>[];
 const created = (actions: Action[]) => kinds(actions, 'createJob').map(a => `${a.job.node}:${a.job.operation}:${a.job.handler}`);
-const condition = (status: { conditions: { type: string }[] }, type: string) => status.conditions.find(c => c.type === type);
+const condition = (status: { conditions: Condition[] }, type: string) => status.conditions.find(c => c.type === type);
 
 function world(nodes: string[], spec: Partial<ShimSpec> = {}): { w: World; s: ShimObject } {
   const w = new World(nodes);
