@@ -58,7 +58,8 @@ export function layoutFor(options: InstallerOptions, distro: Distro, containerdM
         config: options.config ?? `${dir}/${v3 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'}`,
         effectiveConfig: `${dir}/config.toml`,
         template: true,
-        socket: options.socket ?? `/run/${distro}/containerd/containerd.sock`,
+        // rke2 runs k3s's agent: both serve containerd on k3s's socket.
+        socket: options.socket ?? '/run/k3s/containerd/containerd.sock',
         unit: distro === 'k3s' ? (agent ? 'k3s-agent' : 'k3s') : (agent ? 'rke2-agent' : 'rke2-server'),
       };
     }

@@ -8,8 +8,8 @@ import { CONTAINERD_BINARIES } from '../support/tools';
 
 // The distributions' own layouts, with containerd only where each distribution keeps it
 // (never on the host's PATH), in a fake host: a mount namespace pivoted into a folder, whose
-// init stands in for k3s (it renders config.toml from the template and runs containerd from
-// k3s's data folder, again after each restart). The installer bundle runs outside, with the
+// init stands in for k3s or rke2 (it renders config.toml from the template and runs
+// containerd from the distribution's data folder, again after each restart). The installer bundle runs outside, with the
 // host's / under --host-root, as in its pod. The host's containerd judges the result.
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-distros-'));
@@ -30,50 +30,71 @@ afterAll(async () => {
   fs.rmSync(work, { recursive: true, force: true });
 });
 
-const K3S_ETC = '/var/lib/rancher/k3s/agent/etc/containerd';
-const K3S_BIN = '/var/lib/rancher/k3s/data/current/bin';
-const K3S_SOCKET = '/run/k3s/containerd/containerd.sock';
+/**
+ * Where k3s and rke2 keep containerd, its config and socket. Both unpack their binaries
+ * under data/<version>; k3s's data/current and rke2's bin are links to the running one.
+ * rke2 is built on k3s's agent: its containerd socket is k3s's.
+ */
+const RANCHER = {
+  k3s: {
+    etc: '/var/lib/rancher/k3s/agent/etc/containerd',
+    bin: '/var/lib/rancher/k3s/data/current/bin',
+    socket: '/run/k3s/containerd/containerd.sock',
+    data: '/var/lib/rancher/k3s/data/5f3a1b',
+    link: ['var/lib/rancher/k3s/data/current', '/var/lib/rancher/k3s/data/5f3a1b'],
+    unit: 'k3s',
+  },
+  rke2: {
+    etc: '/var/lib/rancher/rke2/agent/etc/containerd',
+    bin: '/var/lib/rancher/rke2/bin',
+    socket: '/run/k3s/containerd/containerd.sock',
+    data: '/var/lib/rancher/rke2/data/v1.31.2-rke2r1',
+    link: ['var/lib/rancher/rke2/bin', '/var/lib/rancher/rke2/data/v1.31.2-rke2r1/bin'],
+    unit: 'rke2-server',
+  },
+};
+type Rancher = typeof RANCHER.k3s;
 
 /**
- * What k3s does with containerd, as a busybox shell loop: render config.toml from the
- * template of its containerd's major version (config-v3.toml.tmpl for 2.x, config.toml.tmpl
- * for 1.x), putting its base config where the template says {{ template "base" . }}, or
- * from the base alone without a template; then run containerd, and again when it exits.
+ * What k3s (and rke2) do with containerd, as a busybox shell loop: render config.toml from
+ * the template of its containerd's major version (config-v3.toml.tmpl for 2.x,
+ * config.toml.tmpl for 1.x), putting the base config where the template says
+ * {{ template "base" . }}, or from the base alone without a template; then run containerd,
+ * and again when it exits.
  */
-function k3sInit(template: string): string {
+function rancherInit(d: Rancher, template: string): string {
   return `
-    D=${K3S_ETC}
+    D=${d.etc}
     while true; do
       if [ -f $D/${template} ]; then
         sed -e '/{{ template "base" . }}/{' -e "r $D/base.toml" -e 'd' -e '}' $D/${template} > $D/config.toml
       else
         cp $D/base.toml $D/config.toml
       fi
-      ${K3S_BIN}/containerd --config $D/config.toml >> /var/log/containerd.log 2>&1 &
-      echo $! > /run/k3s-containerd.pid
+      ${d.bin}/containerd --config $D/config.toml >> /var/log/containerd.log 2>&1 &
+      echo $! > /run/rancher-containerd.pid
       wait $!
       sleep 0.2
     done`;
 }
 
 /** `systemctl restart k3s`, as the test's host has no systemd: returns once the old containerd is gone. */
-const RESTART = 'old=$(cat /run/k3s-containerd.pid); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done';
+const RESTART = 'old=$(cat /run/rancher-containerd.pid); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done';
 
-async function k3sHost(containerd: { major: number; binary: string }): Promise<FakeHost> {
+async function rancherHost(d: Rancher, containerd: { major: number; binary: string }): Promise<FakeHost> {
   const bin = path.dirname(containerd.binary);
   const host = await startFakeHost({
-    // k3s unpacks its binaries under data/<hash>; `current` links to the running one.
-    'var/lib/rancher/k3s/data/5f3a1b/bin/containerd': { copy: path.join(bin, 'containerd') },
-    'var/lib/rancher/k3s/data/5f3a1b/bin/ctr': { copy: path.join(bin, 'ctr') },
-    'var/lib/rancher/k3s/data/current': { link: '/var/lib/rancher/k3s/data/5f3a1b' },
-    [`${K3S_ETC.slice(1)}/base.toml`]: containerdBaseConfig(containerd.binary, {
-      root: '/var/lib/rancher/k3s/agent/containerd', state: '/run/k3s/containerd', socket: K3S_SOCKET,
+    [`${d.data.slice(1)}/bin/containerd`]: { copy: path.join(bin, 'containerd') },
+    [`${d.data.slice(1)}/bin/ctr`]: { copy: path.join(bin, 'ctr') },
+    [d.link[0]]: { link: d.link[1] },
+    [`${d.etc.slice(1)}/base.toml`]: containerdBaseConfig(containerd.binary, {
+      root: d.etc.replace('/etc/containerd', '/containerd'), state: path.dirname(d.socket), socket: d.socket,
     }),
-    'etc/systemd/system/k3s.service': '',
+    [`etc/systemd/system/${d.unit}.service`]: '',
     'var/log/.keep': '',
-  }, k3sInit(containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'));
+  }, rancherInit(d, containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'));
   hosts.push(host);
-  await waitFor(() => host.run([`${K3S_BIN}/ctr`, '--address', K3S_SOCKET, 'version']));
+  await waitFor(() => host.run([`${d.bin}/ctr`, '--address', d.socket, 'version']));
   return host;
 }
 
@@ -91,8 +112,8 @@ async function waitFor(check: () => unknown, timeoutMs = 20_000): Promise<void> 
 }
 
 /** The handler as the host's containerd reads its effective config. */
-function effectiveHandler(host: FakeHost, handler: string): any {
-  const dumped = parse(host.run([`${K3S_BIN}/containerd`, '--config', `${K3S_ETC}/config.toml`, 'config', 'dump']));
+function effectiveHandler(host: FakeHost, d: Rancher, handler: string): any {
+  const dumped = parse(host.run([`${d.bin}/containerd`, '--config', `${d.etc}/config.toml`, 'config', 'dump']));
   for (const plugin of ['io.containerd.grpc.v1.cri', 'io.containerd.cri.v1.runtime']) {
     const runtime = (dumped as any).plugins?.[plugin]?.containerd?.runtimes?.[handler];
     if (runtime) return runtime;
@@ -100,12 +121,18 @@ function effectiveHandler(host: FakeHost, handler: string): any {
   return undefined;
 }
 
-describe.each(CONTAINERD_BINARIES.filter(c => c.version !== '1.7'))('k3s with containerd $version only in its data folder', containerd => {
+const RANCHER_CASES = [
+  ...CONTAINERD_BINARIES.filter(c => c.version !== '1.7').map(c => ({ distro: 'k3s' as const, ...c })),
+  ...CONTAINERD_BINARIES.filter(c => c.version === '1.7').map(c => ({ distro: 'rke2' as const, ...c })),
+];
+
+describe.each(RANCHER_CASES)('$distro with containerd $version only in its own folder', ({ distro, ...containerd }) => {
   test('the installer finds containerd there, edits the template of that version, restarts, and uninstalls', async () => {
-    // GIVEN a k3s node: containerd under k3s's data folder, no template yet, nothing on PATH
-    const host = await k3sHost(containerd);
+    // GIVEN a node: containerd under the distribution's data folder, no template yet, nothing on PATH
+    const d = RANCHER[distro];
+    const host = await rancherHost(d, containerd);
     expect(() => host.run(['sh', '-c', 'command -v containerd || command -v ctr'])).toThrow();
-    const pidBefore = fs.readFileSync(path.join(host.root, 'run/k3s-containerd.pid'), 'utf8');
+    const pidBefore = fs.readFileSync(path.join(host.root, 'run/rancher-containerd.pid'), 'utf8');
     const template = containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl';
     const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--restart=command', `--restart-command=${RESTART}`,
       '--retries=0', '--health-timeout=30'];
@@ -113,27 +140,27 @@ describe.each(CONTAINERD_BINARIES.filter(c => c.version !== '1.7'))('k3s with co
     // WHEN the shim is installed (distribution detected, no paths given)
     const install = await runBundle(bundle, 'install', [...args, `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
 
-    // THEN containerd was found and run from k3s's folder, and told its version
+    // THEN containerd was found and run from the distribution's folder, and told its version
     expect(install.stderr).not.toMatch(/ERROR/);
     expect(install.code).toBe(0);
     expect(install.result).toMatchObject({
       outcome: 'installed',
-      distro: 'k3s',
+      distro,
       containerdVersion: expect.stringMatching(new RegExp(`^${containerd.version.replace('.', '\\.')}\\.`)),
-      paths: { config: `${K3S_ETC}/${template}`, containerd: `${K3S_BIN}/containerd` },
+      paths: { config: `${d.etc}/${template}`, containerd: `${d.bin}/containerd` },
     });
-    // AND the template of that version was written, k3s rendered it, and its containerd serves the handler
-    expect(fs.existsSync(path.join(host.root, K3S_ETC, template))).toBe(true);
-    expect(fs.readFileSync(path.join(host.root, 'run/k3s-containerd.pid'), 'utf8')).not.toBe(pidBefore);
-    expect(effectiveHandler(host, 'rcmtest')).toMatchObject({ runtime_type: install.result.paths.binary });
+    // AND the template of that version was written, rendered, and the restarted containerd serves the handler
+    expect(fs.existsSync(path.join(host.root, d.etc, template))).toBe(true);
+    expect(fs.readFileSync(path.join(host.root, 'run/rancher-containerd.pid'), 'utf8')).not.toBe(pidBefore);
+    expect(effectiveHandler(host, d, 'rcmtest')).toMatchObject({ runtime_type: install.result.paths.binary });
 
     // WHEN it is uninstalled
     const uninstall = await runBundle(bundle, 'uninstall', args);
     // THEN containerd serves without the handler
     expect(uninstall.code).toBe(0);
     expect(uninstall.result.outcome).toBe('uninstalled');
-    expect(effectiveHandler(host, 'rcmtest')).toBeUndefined();
-    host.run([`${K3S_BIN}/ctr`, '--address', K3S_SOCKET, 'version']);
+    expect(effectiveHandler(host, d, 'rcmtest')).toBeUndefined();
+    host.run([`${d.bin}/ctr`, '--address', d.socket, 'version']);
   }, 120_000);
 });
 
