@@ -6,6 +6,7 @@ import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
   handlerRuntimeType, importedDropInFolder, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
+import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
 import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, writeAtomically } from './host';
@@ -31,6 +32,8 @@ export interface InstallResult {
   distro?: string;
   timings: Record<string, number>;
   state?: InstallState;
+  /** status: the recorded install is all there (binary and handler). */
+  installed?: boolean;
   /** What is wrong with the state file, when it could not be used. */
   stateProblem?: string;
 }
@@ -133,7 +136,12 @@ export class Installer {
     // status only reads: it never waits for an installer at work.
     if (this.o.command === 'status') {
       const state = this.readState();
-      return { ...base, outcome: 'status', message: 'state of this handler on the node', state, stateProblem: this.stateProblem, timings: this.timer.total() };
+      const missing = state ? this.whatIsMissing(state) : undefined;
+      const message = !state ? `handler ${this.o.handler} is not recorded as installed here`
+        : missing ? `handler ${this.o.handler} is recorded as installed, but ${missing}` : `handler ${this.o.handler} is installed`;
+      return {
+        ...base, outcome: 'status', message, installed: !!state && !missing, state, stateProblem: this.stateProblem, timings: this.timer.total(),
+      };
     }
     const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-'));
     try {
@@ -174,6 +182,8 @@ export class Installer {
       }
     });
     const shim = await this.timer.time('verify', () => unpackShim(artifact, scratch, o.shimName, url, { maxBytes: o.maxExtractedBytes, maxFiles: o.maxFiles }));
+    const unrunnable = elfProblem(elfHeadOf(shim.file), o.platform);
+    if (unrunnable) throw fetchFailed('ShimNotRunnable', `${shim.name} from ${url} cannot run on this node: ${unrunnable}`);
     this.log.info('artifact verified', { url, sha256: fetched.sha256, bytes: fetched.bytes, binary: shim.name });
     return { url, sha256: fetched.sha256, shim };
   }
@@ -364,6 +374,19 @@ export class Installer {
   private ownBinaryIn(configText: string, version: ConfigVersion): string | undefined {
     const runtimeType = handlerRuntimeType(configText, version, this.o.handler);
     return runtimeType?.startsWith(shimsDir(this.o) + '/') ? runtimeType : undefined;
+  }
+
+  /** What of the recorded install is no longer on the host (the binary, or the handler in the config); undefined when all is there. */
+  private whatIsMissing(state: InstallState): string | undefined {
+    if (!fs.existsSync(onHost(this.o, state.binary))) return `its binary ${state.binary} is missing`;
+    const file = onHost(this.o, state.configFile);
+    if (!fs.existsSync(file)) return `its config file ${state.configFile} is missing`;
+    try {
+      const runtimeType = handlerRuntimeType(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler);
+      return runtimeType === state.binary ? undefined : `${state.configFile} does not name ${state.binary} for it`;
+    } catch (e) {
+      return `${state.configFile} cannot be read: ${(e as Error).message}`;
+    }
   }
 
   /** Our block is still in the file and the binary it names is still there. */
