@@ -13,7 +13,7 @@ KUBE_VERSION="1.20.2"
 KUBE_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 DEB_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static openssl
-  iproute2 util-linux curl ca-certificates)
+  iproute2 util-linux curl ca-certificates file strace)
 BUILD_PACKAGES=(golang-go rsync jq golang-github-modern-go-reflect2-dev dpkg-dev)
 
 log() { printf '[provision] %s\n' "$*" >&2; }

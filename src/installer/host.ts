@@ -1,4 +1,5 @@
 import { execFile } from 'child_process';
+import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
 import type { ConfigVersion } from './containerd-config';
@@ -146,14 +147,38 @@ export async function containerdVersion(host: HostContext): Promise<{ text: stri
 /**
  * Writes through a temp file and a rename, so readers see the old or the new file, never half.
  * `file` must be a resolved path (onHost): the rename replaces whatever is at that path, so a
- * symlink there would become a plain file. A file that is replaced keeps its owner.
+ * symlink there would become a plain file. A file that is replaced keeps its owner. The data
+ * and then the rename are fsynced: after a crash or power loss the config never names a
+ * binary that is not on disk, and the file is the old one or the new one, never empty.
  */
 export function writeAtomically(file: string, data: string | Buffer, mode = 0o644): void {
   fs.mkdirSync(path.dirname(file), { recursive: true });
   const previous = fs.existsSync(file) ? fs.statSync(file) : undefined;
   const tmp = `${file}.rcm-tmp-${process.pid}`;
-  fs.writeFileSync(tmp, data, { mode });
-  fs.chmodSync(tmp, mode);
-  if (previous) fs.chownSync(tmp, previous.uid, previous.gid);
+  const fd = fs.openSync(tmp, 'w', mode);
+  try {
+    fs.writeFileSync(fd, data);
+    fs.fchmodSync(fd, mode);
+    if (previous) fs.fchownSync(fd, previous.uid, previous.gid);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
   fs.renameSync(tmp, file);
+  syncFolder(path.dirname(file));
+}
+
+/** Makes a folder's entries (a rename, a new file) durable. */
+export function syncFolder(folder: string): void {
+  const fd = fs.openSync(folder, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** The sha256 of a file, in hex. */
+export function sha256Of(file: string): string {
+  return crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
 }

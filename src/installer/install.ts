@@ -9,7 +9,7 @@ import {
 import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
-import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, writeAtomically } from './host';
+import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, writeAtomically } from './host';
 import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { Logger } from './log';
@@ -46,7 +46,10 @@ function declaresNothing(text: string): boolean {
 /** A downloaded, verified and unpacked artifact (in the installer's scratch folder). */
 interface Fetched {
   readonly url: string;
+  /** The artifact's sha256 (what --sha256 names). */
   readonly sha256: string;
+  /** The shim binary's own sha256 (what the installed file must hash to). */
+  readonly binarySha256: string;
   readonly shim: ShimBinary;
 }
 
@@ -185,7 +188,7 @@ export class Installer {
     const unrunnable = elfProblem(elfHeadOf(shim.file), o.platform);
     if (unrunnable) throw fetchFailed('ShimNotRunnable', `${shim.name} from ${url} cannot run on this node: ${unrunnable}`);
     this.log.info('artifact verified', { url, sha256: fetched.sha256, bytes: fetched.bytes, binary: shim.name });
-    return { url, sha256: fetched.sha256, shim };
+    return { url, sha256: fetched.sha256, binarySha256: sha256Of(shim.file), shim };
   }
 
   private async install(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string,
@@ -211,17 +214,28 @@ export class Installer {
     // The versioned path: a new version never overwrites a binary running pods use.
     const binary = path.join(shimsDir(o), fetched.sha256.slice(0, 16), shim.name);
     const binaryOnHost = onHost(o, binary);
-    const newBinary = !fs.existsSync(binaryOnHost);
-    // Undo removes exactly the folders this install created.
+    const exists = fs.existsSync(binaryOnHost);
+    // Other bytes at our versioned path are damage (a truncated or edited file): rewrite them.
+    const damaged = exists && sha256Of(binaryOnHost) !== fetched.binarySha256;
+    // Undo removes exactly the folders this install created (never a repaired binary).
     let createdForBinary: string | undefined;
-    if (newBinary) {
-      createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
-      writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
-      this.changed.push(`installed ${binary}`);
-    }
     const undoBinary = () => {
       if (createdForBinary) fs.rmSync(createdForBinary, { recursive: true, force: true });
     };
+    if (!exists || damaged) {
+      if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
+      writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
+      // The new folders' entries too, up to the first folder that was there before.
+      const stop = createdForBinary && path.dirname(createdForBinary);
+      for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));
+      const written = sha256Of(binaryOnHost);
+      if (written !== fetched.binarySha256) {
+        undoBinary();
+        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
+          `${binary} reads back with sha256 ${written}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
+      }
+      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${binary}`);
+    }
 
     const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
     let edited: { text: string } & EditRecord;
@@ -241,17 +255,17 @@ export class Installer {
       throw e instanceof ConfigError ? configFailed(e.message) : e;
     }
 
-    const backup = original !== undefined ? this.backup(original) : undefined;
+    // The same text again (a repaired binary, a lost record): no write, no restart.
+    const configChanges = original === undefined || edited.text !== original;
     const mode = configExists ? permissions(configFile) : 0o644;
     // A drop-in folder that the main config names but nobody made yet goes again with our file.
     const folderCreated = !fs.existsSync(path.dirname(configFile));
-    writeAtomically(configFile, edited.text, mode);
-    this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
 
     const newState: InstallState = {
       handler: o.handler,
       shimName: o.shimName,
       sha256: fetched.sha256,
+      binarySha256: fetched.binarySha256,
       location: url,
       binary,
       runtimeOptions: o.runtimeOptions,
@@ -264,14 +278,19 @@ export class Installer {
       installedAt: new Date().toISOString(),
     };
 
-    await this.restartOrRollBack(layout, binary, () => {
-      // Undo: the previous bytes (or no file), and the new binary.
-      if (original === undefined) fs.rmSync(configFile, { force: true });
-      else writeAtomically(configFile, original, mode);
-      if (folderCreated) fs.rmSync(path.dirname(configFile), { recursive: true, force: true });
-      backup?.undo();
-      undoBinary();
-    });
+    if (configChanges) {
+      const backup = original !== undefined ? this.backup(original) : undefined;
+      writeAtomically(configFile, edited.text, mode);
+      this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
+      await this.restartOrRollBack(layout, binary, () => {
+        // Undo: the previous bytes (or no file), and the new binary.
+        if (original === undefined) fs.rmSync(configFile, { force: true });
+        else writeAtomically(configFile, original, mode);
+        if (folderCreated) fs.rmSync(path.dirname(configFile), { recursive: true, force: true });
+        backup?.undo();
+        undoBinary();
+      });
+    }
 
     writeAtomically(statePath(o), JSON.stringify(newState, null, 2) + '\n', 0o600);
     if (previousBinary && previousBinary !== binary) this.removeVersion(previousBinary);
@@ -379,6 +398,9 @@ export class Installer {
   /** What of the recorded install is no longer on the host (the binary, or the handler in the config); undefined when all is there. */
   private whatIsMissing(state: InstallState): string | undefined {
     if (!fs.existsSync(onHost(this.o, state.binary))) return `its binary ${state.binary} is missing`;
+    if (state.binarySha256 !== undefined && sha256Of(onHost(this.o, state.binary)) !== state.binarySha256) {
+      return `its binary ${state.binary} is damaged (its sha256 is not the installed one's)`;
+    }
     const file = onHost(this.o, state.configFile);
     if (!fs.existsSync(file)) return `its config file ${state.configFile} is missing`;
     try {
@@ -389,11 +411,13 @@ export class Installer {
     }
   }
 
-  /** Our block is still in the file and the binary it names is still there. */
+  /** Our block is still in the file and the binary it names is still there, byte for byte. */
   private intact(state: InstallState, layout: DistroLayout): boolean {
     const file = onHost(this.o, state.configFile);
     if (state.configFile !== layout.config || !fs.existsSync(file) || !fs.existsSync(onHost(this.o, state.binary))) return false;
     if (!sameOptions(state.runtimeOptions, this.o.runtimeOptions)) return false;
+    // The binary must still be the bytes installed (an older record, without the hash, is checked by installing again).
+    if (state.binarySha256 === undefined || sha256Of(onHost(this.o, state.binary)) !== state.binarySha256) return false;
     try {
       return handlerRuntimeType(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler) === state.binary;
     } catch {

@@ -12,6 +12,8 @@ export interface InstallState {
   readonly handler: string;
   readonly shimName: string;
   readonly sha256: string;
+  /** The installed binary's own sha256 (absent in records of older installers). */
+  readonly binarySha256?: string;
   readonly location: string;
   /** Host path of the installed binary (also the handler's runtime_type). */
   readonly binary: string;
@@ -51,6 +53,7 @@ export function parseState(text: string, handler: string, file: string): ParsedS
     state: {
       ...value,
       runtimeOptions: isStringRecord(value.runtimeOptions) ? value.runtimeOptions : {},
+      binarySha256: typeof value.binarySha256 === 'string' ? value.binarySha256 : undefined,
       configCreated: value.configCreated === true,
       configFolderCreated: value.configFolderCreated === true,
       edit: {

@@ -1,0 +1,110 @@
+import { spawn } from 'child_process';
+import * as crypto from 'crypto';
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { FakeHost, startFakeHost } from '../support/fake-host';
+import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+
+// The installed binary is what was verified, byte for byte, and on disk before the config
+// names it. strace is the oracle of what reaches the disk (which files and folders are
+// fsynced, in which order).
+
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-integrity-'));
+const CONFIG = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n';
+let bundle: string;
+let server: ArtifactServer;
+let host: FakeHost;
+let artifact: { url: string; sha256: string };
+
+beforeAll(async () => {
+  bundle = buildInstaller(work);
+  server = await startArtifactServer();
+  const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() });
+  artifact = { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
+  host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': CONFIG }, 'while true; do sleep 1; done');
+}, 60_000);
+afterAll(async () => {
+  await host?.stop();
+  await server?.close();
+  fs.rmSync(work, { recursive: true, force: true });
+});
+
+const args = () => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--handler=rcmtest', '--restart=none', '--retries=0',
+  `--location=${artifact.url}`, `--sha256=${artifact.sha256}`];
+const onHost = (p: string) => path.join(host.root, p);
+const hashOf = (file: string) => crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
+const config = () => fs.readFileSync(onHost('etc/containerd/config.toml'), 'utf8');
+
+test('a truncated installed binary is found and rewritten, without touching the config or restarting', async () => {
+  // GIVEN an installed shim whose binary was truncated to 0 bytes afterwards
+  const install = await runBundle(bundle, 'install', args());
+  expect(install.code).toBe(0);
+  const binary = onHost(install.result.paths.binary);
+  const configAfterInstall = config();
+  fs.truncateSync(binary, 0);
+  const status = await runBundle(bundle, 'status', args());
+  expect(status.result).toMatchObject({ installed: false, message: expect.stringMatching(/its binary .* is damaged/) });
+
+  // WHEN the same install runs again
+  const again = await runBundle(bundle, 'install', args());
+
+  // THEN the binary is the shim again, byte for byte, and nothing else changed
+  expect(again.code).toBe(0);
+  expect(again.result.outcome).toBe('installed');
+  expect(again.result.changed).toEqual([`repaired ${install.result.paths.binary}`]);
+  expect(hashOf(binary)).toBe(sha256(shimBinary()));
+  expect(config()).toBe(configAfterInstall);
+  // AND once whole, the install is a no-op again
+  expect((await runBundle(bundle, 'install', args())).result.outcome).toBe('unchanged');
+  expect((await runBundle(bundle, 'uninstall', args())).code).toBe(0);
+}, 60_000);
+
+test('a record of an older installer (no binary hash) is checked by installing again: no config change', async () => {
+  const install = await runBundle(bundle, 'install', args());
+  const stateFile = onHost('opt/rcm/state/rcmtest.json');
+  const { binarySha256, ...older } = JSON.parse(fs.readFileSync(stateFile, 'utf8'));
+  expect(binarySha256).toBe(sha256(shimBinary()));
+  fs.writeFileSync(stateFile, JSON.stringify(older));
+  const configAfterInstall = config();
+  const again = await runBundle(bundle, 'install', args());
+  expect(again.code).toBe(0);
+  expect(again.result.changed).toEqual([]);
+  expect(config()).toBe(configAfterInstall);
+  expect(JSON.parse(fs.readFileSync(stateFile, 'utf8')).binarySha256).toBe(sha256(shimBinary()));
+  expect((await runBundle(bundle, 'install', args())).result.outcome).toBe('unchanged');
+  expect(install.code).toBe(0);
+  expect((await runBundle(bundle, 'uninstall', args())).code).toBe(0);
+}, 60_000);
+
+test('the binary and its folders are fsynced before the config that names it is written', async () => {
+  // WHEN the installer runs under strace (every fsync, with the path of its descriptor)
+  const trace = path.join(work, 'strace.log');
+  const code = await new Promise<number | null>(resolve => {
+    const child = spawn('strace', ['-f', '-qq', '-y', '-e', 'trace=fsync,rename', '-o', trace, process.execPath, bundle, 'install', ...args(),
+      `--result-file=${path.join(work, 'traced.json')}`], { stdio: 'ignore', env: { PATH: process.env.PATH } });
+    child.on('exit', resolve);
+  });
+  expect(code).toBe(0);
+  const calls = fs.readFileSync(trace, 'utf8').split('\n').filter(l => /(fsync|rename)\(/.test(l));
+  const root = fs.realpathSync(host.root);
+  const binary = JSON.parse(fs.readFileSync(path.join(work, 'traced.json'), 'utf8')).paths.binary as string;
+  const index = (what: RegExp) => calls.findIndex(l => what.test(l));
+  const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+  // THEN: the binary's data, its folder, and each new folder above it up to the install root...
+  const binaryData = index(new RegExp(`fsync\\(\\d+<${esc(root + binary)}\\.rcm-tmp-\\d+>\\)`));
+  const binaryFolder = index(new RegExp(`fsync\\(\\d+<${esc(root + path.dirname(binary))}>\\)`));
+  const shimsFolder = index(new RegExp(`fsync\\(\\d+<${esc(root)}/opt/rcm/shims/rcmtest>\\)`));
+  // ...come before the config's rename, and the config itself is fsynced with its folder, then the state
+  const configRename = index(new RegExp(`rename\\("${esc(root)}/etc/containerd/config\\.toml\\.rcm-tmp-\\d+", "${esc(root)}/etc/containerd/config\\.toml"\\)`));
+  const configFolder = index(new RegExp(`fsync\\(\\d+<${esc(root)}/etc/containerd>\\)`));
+  const stateData = index(new RegExp(`fsync\\(\\d+<${esc(root)}/opt/rcm/state/rcmtest\\.json\\.rcm-tmp-\\d+>\\)`));
+  for (const i of [binaryData, binaryFolder, shimsFolder, configRename, configFolder, stateData]) expect(i).toBeGreaterThanOrEqual(0);
+  expect(binaryData).toBeLessThan(binaryFolder);
+  expect(binaryFolder).toBeLessThan(configRename);
+  expect(shimsFolder).toBeLessThan(configRename);
+  expect(configRename).toBeLessThan(configFolder);
+  expect(configFolder).toBeLessThan(stateData);
+  expect((await runBundle(bundle, 'uninstall', args())).code).toBe(0);
+}, 60_000);
