@@ -166,6 +166,23 @@ function withoutHandler(config: Record<string, any>, version: ConfigVersion, han
   return copy;
 }
 
+/**
+ * The cgroup driver the node's pods run with: `SystemdCgroup` of the default runtime
+ * (`default_runtime_name`, runc when unset), else of runc, as the option to give a new
+ * handler so that its pods use the same driver as every other pod (nvidia-ctk does the same).
+ * Empty when the config sets neither (containerd's default, cgroupfs, applies to both).
+ */
+export function inheritedCgroupOption(text: string, version: ConfigVersion): Record<string, string> {
+  const containerd = lookup(parseConfig(text), RUNTIMES_PATH[version].slice(0, -1));
+  const runtimes = containerd?.runtimes ?? {};
+  const defaultName = typeof containerd?.default_runtime_name === 'string' ? containerd.default_runtime_name : 'runc';
+  for (const name of [defaultName, 'runc']) {
+    const value = runtimes[name]?.options?.SystemdCgroup;
+    if (typeof value === 'boolean') return { SystemdCgroup: String(value) };
+  }
+  return {};
+}
+
 /** The runtime_type the file gives `handler`, or undefined when it does not declare it. */
 export function handlerRuntimeType(text: string, version: ConfigVersion, handler: string): string | undefined {
   return lookup(parseConfig(text), [...RUNTIMES_PATH[version], handler, 'runtime_type']);

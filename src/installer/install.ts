@@ -4,7 +4,7 @@ import * as path from 'path';
 import { ShimBinary, unpackShim } from './artifact';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
-  handlerRuntimeType, importedDropInFolder, needsDefaultRuntimes, parseConfig, removeRuntime,
+  handlerRuntimeType, importedDropInFolder, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
 import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
@@ -241,6 +241,7 @@ export class Installer {
     let edited: { text: string } & EditRecord;
     let configVersion: ConfigVersion;
     let previousBinary = state?.binary;
+    let inherited: Record<string, string> = {};
     try {
       const current = original ?? await this.initialConfig(layout);
       const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
@@ -249,7 +250,12 @@ export class Installer {
       // Without a usable record, the config shows which of our versions is in use.
       previousBinary ??= this.ownBinaryIn(current, configVersion);
       const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
-      edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options: o.runtimeOptions }, defaults));
+      // The handler's pods use the node's cgroup driver unless the Shim's options say otherwise.
+      const effectiveFile = onHost(o, layout.effectiveConfig);
+      const effectiveText = layout.effectiveConfig !== layout.config && fs.existsSync(effectiveFile) ? fs.readFileSync(effectiveFile, 'utf8') : current;
+      inherited = inheritedCgroupOption(effectiveText, configVersion);
+      const options = { ...inherited, ...o.runtimeOptions };
+      edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options }, defaults));
     } catch (e) {
       undoBinary();
       throw e instanceof ConfigError ? configFailed(e.message) : e;
@@ -269,6 +275,7 @@ export class Installer {
       location: url,
       binary,
       runtimeOptions: o.runtimeOptions,
+      inheritedOptions: inherited,
       distro: layout.distro,
       configFile: layout.config,
       configVersion,

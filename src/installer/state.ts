@@ -17,7 +17,10 @@ export interface InstallState {
   readonly location: string;
   /** Host path of the installed binary (also the handler's runtime_type). */
   readonly binary: string;
+  /** The options the Shim asked for. */
   readonly runtimeOptions: Record<string, string>;
+  /** Options taken from the node's config (the cgroup driver of its default runtime). */
+  readonly inheritedOptions?: Record<string, string>;
   readonly distro: string;
   /** Host path of the edited file. */
   readonly configFile: string;
@@ -53,6 +56,7 @@ export function parseState(text: string, handler: string, file: string): ParsedS
     state: {
       ...value,
       runtimeOptions: isStringRecord(value.runtimeOptions) ? value.runtimeOptions : {},
+      inheritedOptions: isStringRecord(value.inheritedOptions) ? value.inheritedOptions : undefined,
       binarySha256: typeof value.binarySha256 === 'string' ? value.binarySha256 : undefined,
       configCreated: value.configCreated === true,
       configFolderCreated: value.configFolderCreated === true,
