@@ -105,7 +105,7 @@ export interface ShimSpec {
   readonly nodeSelector?: { [key: string]: string };
 
   /**
-   * Where the node installer downloads the shim from.
+   * Where the node installer downloads the shim from. The upstream runtime-class-manager's shape (platforms beside anonHttp) and the older nested one (platforms inside anonHttp) are both accepted and treated alike.
    *
    * @schema ShimSpec#fetchStrategy
    */
@@ -168,24 +168,31 @@ export function toJson_ShimSpec(obj: ShimSpec | undefined): Record<string, any> 
 /* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
 
 /**
- * Where the node installer downloads the shim from.
+ * Where the node installer downloads the shim from. The upstream runtime-class-manager's shape (platforms beside anonHttp) and the older nested one (platforms inside anonHttp) are both accepted and treated alike.
  *
  * @schema ShimSpecFetchStrategy
  */
 export interface ShimSpecFetchStrategy {
   /**
-   * How the artifact is fetched. Only anonymous HTTP(S) downloads are supported.
+   * Deprecated and ignored (upstream keeps it for old manifests); the artifact is always an anonymous HTTP(S) download.
    *
    * @schema ShimSpecFetchStrategy#type
    */
-  readonly type: ShimSpecFetchStrategyType;
+  readonly type?: string;
 
   /**
    * Anonymous HTTP(S) download of a .tar.gz holding containerd-shim-<name>-v<N>, or of the bare binary.
    *
    * @schema ShimSpecFetchStrategy#anonHttp
    */
-  readonly anonHttp: ShimSpecFetchStrategyAnonHttp;
+  readonly anonHttp?: ShimSpecFetchStrategyAnonHttp;
+
+  /**
+   * Per-platform artifacts, matched on the node's kubernetes.io/os and kubernetes.io/arch labels; they take precedence over anonHttp.location.
+   *
+   * @schema ShimSpecFetchStrategy#platforms
+   */
+  readonly platforms?: ShimSpecFetchStrategyPlatforms[];
 }
 
 /**
@@ -197,6 +204,7 @@ export function toJson_ShimSpecFetchStrategy(obj: ShimSpecFetchStrategy | undefi
   const result = {
     'type': obj.type,
     'anonHttp': toJson_ShimSpecFetchStrategyAnonHttp(obj.anonHttp),
+    'platforms': obj.platforms?.map(y => toJson_ShimSpecFetchStrategyPlatforms(y)),
   };
   // filter undefined values
   return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});
@@ -324,16 +332,6 @@ export function toJson_ShimSpecRestart(obj: ShimSpecRestart | undefined): Record
 /* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
 
 /**
- * How the artifact is fetched. Only anonymous HTTP(S) downloads are supported.
- *
- * @schema ShimSpecFetchStrategyType
- */
-export enum ShimSpecFetchStrategyType {
-  /** anonymousHttp */
-  ANONYMOUS_HTTP = "anonymousHttp",
-}
-
-/**
  * Anonymous HTTP(S) download of a .tar.gz holding containerd-shim-<name>-v<N>, or of the bare binary.
  *
  * @schema ShimSpecFetchStrategyAnonHttp
@@ -354,7 +352,7 @@ export interface ShimSpecFetchStrategyAnonHttp {
   readonly sha256?: string;
 
   /**
-   * Per-platform artifacts, matched on the node's kubernetes.io/os and kubernetes.io/arch labels.
+   * Per-platform artifacts (the older nested form of fetchStrategy.platforms).
    *
    * @schema ShimSpecFetchStrategyAnonHttp#platforms
    */
@@ -371,6 +369,56 @@ export function toJson_ShimSpecFetchStrategyAnonHttp(obj: ShimSpecFetchStrategyA
     'location': obj.location,
     'sha256': obj.sha256,
     'platforms': obj.platforms?.map(y => toJson_ShimSpecFetchStrategyAnonHttpPlatforms(y)),
+  };
+  // filter undefined values
+  return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});
+}
+/* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+
+/**
+ * @schema ShimSpecFetchStrategyPlatforms
+ */
+export interface ShimSpecFetchStrategyPlatforms {
+  /**
+   * Node operating system, as in the kubernetes.io/os label.
+   *
+   * @schema ShimSpecFetchStrategyPlatforms#os
+   */
+  readonly os: string;
+
+  /**
+   * Node architecture, as in the kubernetes.io/arch label (x86_64 and aarch64 are accepted for amd64 and arm64).
+   *
+   * @schema ShimSpecFetchStrategyPlatforms#arch
+   */
+  readonly arch: string;
+
+  /**
+   * URL of the artifact for this platform.
+   *
+   * @schema ShimSpecFetchStrategyPlatforms#location
+   */
+  readonly location: string;
+
+  /**
+   * Expected sha256 (lowercase hex) of this platform's artifact.
+   *
+   * @schema ShimSpecFetchStrategyPlatforms#sha256
+   */
+  readonly sha256?: string;
+}
+
+/**
+ * Converts an object of type 'ShimSpecFetchStrategyPlatforms' to JSON representation.
+ */
+/* eslint-disable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+export function toJson_ShimSpecFetchStrategyPlatforms(obj: ShimSpecFetchStrategyPlatforms | undefined): Record<string, any> | undefined {
+  if (obj === undefined) { return undefined; }
+  const result = {
+    'os': obj.os,
+    'arch': obj.arch,
+    'location': obj.location,
+    'sha256': obj.sha256,
   };
   // filter undefined values
   return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});
@@ -513,7 +561,7 @@ export interface ShimSpecFetchStrategyAnonHttpPlatforms {
   readonly os: string;
 
   /**
-   * Node architecture, as in the kubernetes.io/arch label.
+   * Node architecture, as in the kubernetes.io/arch label (x86_64 and aarch64 are accepted for amd64 and arm64).
    *
    * @schema ShimSpecFetchStrategyAnonHttpPlatforms#arch
    */

@@ -3,9 +3,9 @@ import { Construct, IConstruct } from 'constructs';
 import { SKIP_DRY_RUN, SYNC_OPTIONS_ANNOTATION, SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
 import { ShimNodeLabels } from './node-labels';
 import { ContainerdRestart, Rollout } from './rollout';
-import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256 } from './validation';
+import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256, nodeArch } from './validation';
 import {
-  Shim, ShimSpec, ShimSpecFetchStrategyType, ShimSpecRolloutStrategyRollingMaxUpdate,
+  Shim, ShimSpec, ShimSpecRolloutStrategyRollingMaxUpdate,
   ShimSpecRuntimeClassOverheadPodFixed,
 } from '../../imports/runtime.spinkube.dev';
 
@@ -17,7 +17,7 @@ export interface ShimPlatformArtifact {
    */
   readonly os: string;
   /**
-   * Node architecture, as in the node's `kubernetes.io/arch` label.
+   * Node architecture, as in the node's `kubernetes.io/arch` label (`x86_64` and `aarch64`, the upstream Shim's names, mean `amd64` and `arm64`).
    * @example 'arm64'
    */
   readonly arch: string;
@@ -176,13 +176,12 @@ export class ShimConstruct extends Construct {
 
     const spec: ShimSpec = {
       nodeSelector: props.nodeSelector,
+      // The upstream runtime-class-manager's shape: platforms beside anonHttp. `type` is
+      // deprecated there but kept, so that older controllers read the output too.
       fetchStrategy: {
-        type: ShimSpecFetchStrategyType.ANONYMOUS_HTTP,
-        anonHttp: {
-          location: props.location,
-          sha256: props.sha256,
-          platforms: Lazy.any({ produce: () => this.renderPlatforms() }) as any,
-        },
+        type: 'anonymousHttp',
+        anonHttp: props.location !== undefined ? { location: props.location, sha256: props.sha256 } : undefined,
+        platforms: Lazy.any({ produce: () => this.renderPlatforms() }) as any,
       },
       runtimeClass: {
         name: this.runtimeClassName,
@@ -236,7 +235,8 @@ export class ShimConstruct extends Construct {
    */
   public addPlatform(artifact: ShimPlatformArtifact): void {
     validatePlatform(artifact, this.platforms.length, this.allowInsecureHttp);
-    if (this.platforms.some(p => p.os === artifact.os && p.arch === artifact.arch)) {
+    const same = (arch: string) => nodeArch(arch) === nodeArch(artifact.arch);
+    if (this.platforms.some(p => p.os === artifact.os && same(p.arch))) {
       throw new Error(`platforms: ${artifact.os}/${artifact.arch} is given twice`);
     }
     this.platforms.push({ ...artifact });
@@ -331,3 +331,4 @@ function validatePlatform(p: ShimPlatformArtifact, index: number, allowInsecureH
   if (problem) throw new Error(`${field}.location: "${p.location}" ${problem}`);
   if (p.sha256 !== undefined && !isSha256(p.sha256)) throw new Error(`${field}.sha256: "${p.sha256}" is not 64 lowercase hex digits`);
 }
+

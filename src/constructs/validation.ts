@@ -34,6 +34,14 @@ export function isPlatformArch(value: string): boolean {
   return PLATFORM_ARCH.test(value);
 }
 
+/** The upstream Shim's names (x86_64, aarch64) for what nodes label amd64 and arm64. */
+const ARCH_ALIASES: Record<string, string> = { x86_64: 'amd64', aarch64: 'arm64' };
+
+/** An architecture as nodes label it (`kubernetes.io/arch`). */
+export function nodeArch(arch: string): string {
+  return ARCH_ALIASES[arch] ?? arch;
+}
+
 /**
  * Why `location` is not an acceptable artifact URL, or undefined when it is.
  * Plain http is refused unless explicitly allowed: a shim runs as root-equivalent on nodes.

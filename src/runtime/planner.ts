@@ -14,7 +14,7 @@ import {
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
 import { ShimNodeLabels } from '../constructs/node-labels';
-import { isDnsLabel } from '../constructs/validation';
+import { isDnsLabel, nodeArch } from '../constructs/validation';
 
 export const FINALIZER = 'runtime.spinkube.dev/finalizer';
 /** A new value of this Shim annotation retries every failed node at once. */
@@ -54,9 +54,20 @@ export function runtimeOptionsOf(spec: ShimSpec): Record<string, string> {
 export function revisionOf(spec: ShimSpec): string {
   const options = Object.entries(runtimeOptionsOf(spec)).sort(([a], [b]) => (a < b ? -1 : 1));
   const anon = spec.fetchStrategy?.anonHttp ?? {};
-  const platforms = [...(anon.platforms ?? [])].map(p => [p.os, p.arch, p.location, p.sha256 ?? ''])
+  const platforms = platformsOf(spec).map(p => [p.os, p.arch, p.location, p.sha256 ?? ''])
     .sort((a, b) => (a.join('/') < b.join('/') ? -1 : 1));
   return hash(anon.location ?? '', anon.sha256 ?? '', platforms, spec.runtimeClass?.handler, options).slice(0, 10);
+}
+
+/**
+ * Every per-platform artifact, with architectures as nodes label them: the upstream shape
+ * (`fetchStrategy.platforms`) first, then the older nested one (`anonHttp.platforms`), which
+ * is treated alike. The first entry for a platform wins.
+ */
+export function platformsOf(spec: ShimSpec): { os: string; arch: string; location: string; sha256?: string }[] {
+  const all = [...spec.fetchStrategy?.platforms ?? [], ...spec.fetchStrategy?.anonHttp?.platforms ?? []]
+    .map(p => ({ os: p.os, arch: nodeArch(p.arch), location: p.location, ...(p.sha256 ? { sha256: p.sha256 } : {}) }));
+  return all.filter((p, i) => all.findIndex(q => q.os === p.os && q.arch === p.arch) === i);
 }
 
 export function selects(selector: Record<string, string> | undefined, labels: Record<string, string>): boolean {
@@ -76,7 +87,7 @@ export function platformOf(node: NodeView): string {
 export function artifactFor(spec: ShimSpec, node: NodeView): { location: string; sha256?: string } | undefined {
   const anon = spec.fetchStrategy?.anonHttp ?? {};
   const platform = platformOf(node);
-  const match = (anon.platforms ?? []).find(p => `${p.os}/${p.arch}` === platform);
+  const match = platformsOf(spec).find(p => `${p.os}/${p.arch}` === platform);
   if (match) return { location: match.location, sha256: match.sha256 };
   return anon.location ? { location: anon.location, sha256: anon.sha256 } : undefined;
 }

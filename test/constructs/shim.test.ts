@@ -48,7 +48,7 @@ describe('ShimConstruct', () => {
 
     // THEN
     expect(objects).toMatchSnapshot();
-    expect(spec.fetchStrategy.anonHttp.platforms.map((p: any) => p.arch)).toEqual(['amd64', 'arm64']); // stable order
+    expect(spec.fetchStrategy.platforms.map((p: any) => p.arch)).toEqual(['amd64', 'arm64']); // stable order
     expect(spec.rolloutStrategy).toEqual({ type: 'rolling', rolling: { maxUpdate: '10%' } });
     expect(spec.restart).toEqual({ mode: 'command', command: '/usr/local/bin/restart-containerd' });
     expect(spec.containerdRuntimeOptions).toEqual({ SystemdCgroup: 'true' });
@@ -87,7 +87,7 @@ describe('ShimConstruct', () => {
     shim.addPlatform({ os: 'linux', arch: 'amd64', location: 'https://example.com/a.tgz' });
     // THEN it is in the synthesized spec
     const spec = Testing.synth(chart)[0].spec;
-    expect(spec.fetchStrategy.anonHttp.platforms).toEqual([{ os: 'linux', arch: 'amd64', location: 'https://example.com/a.tgz' }]);
+    expect(spec.fetchStrategy.platforms).toEqual([{ os: 'linux', arch: 'amd64', location: 'https://example.com/a.tgz' }]);
   });
 
   test('plain http only when explicitly allowed', () => {

@@ -99,7 +99,7 @@ describe('the synthesized example on a real API server', () => {
     expect(shims.map((s: any) => s.metadata.name).sort()).toEqual(['spin-v2', 'wasmtime-v1']);
     const spin = shims.find((s: any) => s.metadata.name === 'spin-v2');
     expect(spin.spec.rolloutStrategy).toEqual({ type: 'rolling', rolling: { maxUpdate: '25%' } });
-    expect(spin.spec.fetchStrategy.anonHttp.platforms).toHaveLength(2);
+    expect(spin.spec.fetchStrategy.platforms).toHaveLength(2);
     const rc = JSON.parse(cp.kubectl(['get', 'runtimeclass', 'wasmtime-spin-v2', '-o', 'json']));
     expect(rc.handler).toBe('spin');
     expect(rc.scheduling.nodeSelector).toEqual({ 'spin-v2.shim.runtime.spinkube.dev/handler': 'spin' });
@@ -118,9 +118,9 @@ describe('the synthesized example on a real API server', () => {
     expect(cp.kubectl(['get', 'shims', '-o', 'jsonpath={range .items[*]}{.metadata.name}={.metadata.generation} {end}'])).toBe(before);
   });
 
-  test('the printer columns show RuntimeClass, Ready, Nodes and Age', () => {
+  test('the printer columns show RuntimeClass, Ready, Nodes, Failed and Age', () => {
     const header = cp.kubectl(['get', 'shims']).split('\n')[0];
-    expect(header.split(/\s+/)).toEqual(['NAME', 'RUNTIMECLASS', 'READY', 'NODES', 'AGE']);
+    expect(header.split(/\s+/)).toEqual(['NAME', 'RUNTIMECLASS', 'READY', 'NODES', 'FAILED', 'AGE']);
     expect(cp.kubectl(['get', 'shm', '-o', 'name'])).toContain('shim.runtime.spinkube.dev/spin-v2');
     expect(cp.kubectl(['get', 'rcm', '-o', 'name'])).toContain('shim.runtime.spinkube.dev/wasmtime-v1');
   });
@@ -158,6 +158,28 @@ describe('the Shim schema', () => {
     expect(stored.spec.rolloutStrategy).toEqual({ type: 'recreate' });
   });
 
+  test('accepts today\'s upstream shape: no type, platforms beside anonHttp, x86_64 and aarch64, sha256 optional', () => {
+    const spec = {
+      fetchStrategy: {
+        anonHttp: { location: 'https://example.com/any.tar.gz' },
+        platforms: [
+          { os: 'linux', arch: 'x86_64', location: 'https://example.com/x86_64.tar.gz', sha256: 'b'.repeat(64) },
+          { os: 'linux', arch: 'aarch64', location: 'https://example.com/aarch64.tar.gz' },
+        ],
+      },
+      runtimeClass: { name: 'upstream-now', handler: 'upstream-now' },
+      rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 2 } },
+      containerdRuntimeOptions: { SystemdCgroup: 'true' },
+    };
+    const r = kubectlResult(['create', '--validate=false', '-f', '-'], shim('upstream-now', spec));
+    expect(r.stderr).toBe('');
+    const stored = JSON.parse(cp.kubectl(['get', 'shim', 'upstream-now', '-o', 'json']));
+    expect(stored.spec).toEqual(spec);
+    // the deprecated type is accepted with any value, and ignored
+    const withType = kubectlResult(['create', '--validate=false', '-f', '-'], shim('upstream-typed', { ...spec, fetchStrategy: { ...spec.fetchStrategy, type: 'anonymousHttp' } }));
+    expect(withType.stderr).toBe('');
+  });
+
   test('has a status subresource: spec writes do not touch status', () => {
     const r = kubectlResult(['create', '-f', '-'], JSON.stringify({ ...JSON.parse(shim('status-probe', VALID_SPEC)), status: { nodes: 3 } }));
     expect(r.status).toBe(0);
@@ -170,7 +192,6 @@ describe('the Shim schema', () => {
     ['missing runtimeClass', { fetchStrategy: VALID_SPEC.fetchStrategy }, /spec.runtimeClass: Required value/],
     ['missing fetchStrategy', { runtimeClass: VALID_SPEC.runtimeClass }, /spec.fetchStrategy: Required value/],
     ['no artifact at all', { ...VALID_SPEC, fetchStrategy: { type: 'anonymousHttp', anonHttp: {} } }, /spec.fetchStrategy.anonHttp/],
-    ['unknown fetch type', { ...VALID_SPEC, fetchStrategy: { ...VALID_SPEC.fetchStrategy, type: 'oci' } }, /spec.fetchStrategy.type: Unsupported value: "oci"/],
     ['unknown rollout type', { ...VALID_SPEC, rolloutStrategy: { type: 'blue-green' } }, /spec.rolloutStrategy.type: Unsupported value: "blue-green"/],
     ['maxUpdate 0', { ...VALID_SPEC, rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 0 } } }, /spec.rolloutStrategy.rolling.maxUpdate/],
     ['maxUpdate 150%', { ...VALID_SPEC, rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: '150%' } } }, /spec.rolloutStrategy.rolling.maxUpdate/],
@@ -189,6 +210,13 @@ describe('the Shim schema', () => {
         anonHttp: { platforms: [{ os: 'linux', arch: 'amd64', location: 'https://e.com/a' }, { os: 'linux', arch: 'amd64', location: 'https://e.com/b' }] },
       },
     }, /Duplicate value/],
+    ['duplicate platform in the upstream shape', {
+      ...VALID_SPEC,
+      fetchStrategy: { platforms: [{ os: 'linux', arch: 'x86_64', location: 'https://e.com/a' }, { os: 'linux', arch: 'x86_64', location: 'https://e.com/b' }] },
+    }, /Duplicate value/],
+    ['a non-http platform location in the upstream shape', {
+      ...VALID_SPEC, fetchStrategy: { platforms: [{ os: 'linux', arch: 'aarch64', location: 'ftp://e.com/a' }] },
+    }, /spec.fetchStrategy.platforms.location: Invalid value/],
   ];
   test.each(REJECTED)('rejects %s', (_what, spec, message) => {
     // --validate=false: the API server, not kubectl's client-side check, must refuse it.

@@ -512,6 +512,52 @@ test('item 4: a Shim renamed by create-plus-delete waits on each node until the 
   expect(handlersOn(['n1', 'n2', 'n3', 'n5'])).toEqual(['ren', 'ren', 'ren', 'ren']);
 });
 
+test('a Shim in the upstream runtime-class-manager\'s current shape applies unchanged and installs the x86_64 artifact on amd64 nodes', async () => {
+  // GIVEN a manifest as upstream publishes them now: no fetchStrategy.type, platforms beside
+  // anonHttp with x86_64/aarch64, rolloutStrategy with an integer maxUpdate, containerdRuntimeOptions
+  const manifest = [
+    'apiVersion: runtime.spinkube.dev/v1alpha1',
+    'kind: Shim',
+    'metadata:',
+    '  name: upstream-spin',
+    'spec:',
+    '  nodeSelector:',
+    '    wasm: "true"',
+    '  fetchStrategy:',
+    '    anonHttp:',
+    '      location: https://example.com/fallback.tar.gz',
+    '    platforms:',
+    '      - os: linux',
+    '        arch: x86_64',
+    '        location: https://example.com/containerd-shim-spin-v2-linux-x86_64.tar.gz',
+    `        sha256: "${'5'.repeat(64)}"`,
+    '      - os: linux',
+    '        arch: aarch64',
+    '        location: https://example.com/containerd-shim-spin-v2-linux-aarch64.tar.gz',
+    '  runtimeClass:',
+    '    name: upstream-spin',
+    '    handler: upstream-spin',
+    '  rolloutStrategy:',
+    '    type: rolling',
+    '    rolling:',
+    '      maxUpdate: 2',
+    '  containerdRuntimeOptions:',
+    '    SystemdCgroup: "true"',
+    '',
+  ].join('\n');
+  cp.kubectl(['apply', '--server-side', '-f', '-'], { input: manifest });
+  // THEN it is accepted unchanged and every amd64 node gets the x86_64 artifact
+  await eventually(ready('upstream-spin', 4), 60_000, diagnostics);
+  const installs = finishedPods.filter(p => p.shim === 'upstream-spin' && p.operation === 'install');
+  expect([...new Set(installs.map(p => p.location))]).toEqual(['https://example.com/containerd-shim-spin-v2-linux-x86_64.tar.gz']);
+  expect(peaks.get('upstream-spin/install')).toBeLessThanOrEqual(2);
+  const stored = await getShim('upstream-spin');
+  expect(stored.spec.fetchStrategy.type).toBeUndefined();
+  expect(stored.spec.fetchStrategy.platforms.map((p: any) => p.arch)).toEqual(['x86_64', 'aarch64']);
+  await admin.request('DELETE', `${shimsPath}/upstream-spin`);
+  await eventually(() => gone(`${shimsPath}/upstream-spin`), 60_000, diagnostics);
+});
+
 test('item 7: a RuntimeClass someone else made is reported and never touched, not even on deletion', async () => {
   await admin.request('POST', '/apis/node.k8s.io/v1/runtimeclasses', { apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass', metadata: { name: 'kata' }, handler: 'kata-qemu', scheduling: { nodeSelector: { 'katacontainers.io/kata-runtime': 'true' } } });
   const before = await admin.get('/apis/node.k8s.io/v1/runtimeclasses/kata');

@@ -500,6 +500,24 @@ describe('revisions', () => {
 describe('per-platform artifacts and validity', () => {
   const platforms = { type: 'anonymousHttp' as const, anonHttp: { platforms: [{ os: 'linux', arch: 'arm64', location: 'https://e.com/arm.tgz', sha256: 'b'.repeat(64) }] } };
 
+  test.each([
+    ['upstream shape: platforms beside anonHttp, x86_64 for amd64', { platforms: [{ os: 'linux', arch: 'x86_64', location: 'https://e.com/x86.tgz' }] }, 'https://e.com/x86.tgz'],
+    ['upstream shape: aarch64 does not match an amd64 node, anonHttp is the fallback',
+      { anonHttp: { location: 'https://e.com/any.tgz' }, platforms: [{ os: 'linux', arch: 'aarch64', location: 'https://e.com/arm.tgz' }] }, 'https://e.com/any.tgz'],
+    ['upstream shape: platforms win over anonHttp', { anonHttp: { location: 'https://e.com/any.tgz' }, platforms: [{ os: 'linux', arch: 'amd64', location: 'https://e.com/amd.tgz' }] }, 'https://e.com/amd.tgz'],
+    ['upstream shape without type', { anonHttp: { location: 'https://e.com/any.tgz' } }, 'https://e.com/any.tgz'],
+    ['nested form treated alike', { anonHttp: { platforms: [{ os: 'linux', arch: 'x86_64', location: 'https://e.com/nested.tgz' }] } }, 'https://e.com/nested.tgz'],
+  ])('%s', (_what, fetchStrategy, location) => {
+    const { actions } = run({ shim: shim({ fetchStrategy }), nodes: [node('amd')] });
+    expect(kinds(actions, 'createJob')[0].job.artifact?.location).toBe(location);
+  });
+
+  test('an alias is the same revision as the name nodes use', () => {
+    const entry = { os: 'linux', location: 'https://e.com/x.tgz' };
+    expect(revisionOf(shim({ fetchStrategy: { platforms: [{ ...entry, arch: 'x86_64' }] } }).spec))
+      .toBe(revisionOf(shim({ fetchStrategy: { platforms: [{ ...entry, arch: 'amd64' }] } }).spec));
+  });
+
   test('each node gets its platform artifact', () => {
     const { actions } = run({ shim: shim({ fetchStrategy: platforms }), nodes: [node('arm', { 'kubernetes.io/arch': 'arm64' })] });
     expect(kinds(actions, 'createJob')[0].job.artifact).toEqual({ location: 'https://e.com/arm.tgz', sha256: 'b'.repeat(64) });
