@@ -183,6 +183,33 @@ export function inheritedCgroupOption(text: string, version: ConfigVersion): Rec
   return {};
 }
 
+const CRI_PLUGIN_IDS = ['cri', 'io.containerd.grpc.v1.cri', 'io.containerd.cri.v1.runtime', 'io.containerd.cri.v1.images'];
+
+/**
+ * What containerd's effective configuration (the output of `containerd config dump`) says
+ * against serving `handler` with `runtimeType`: the CRI plugin disabled (Docker's packaged
+ * config), or the handler given another runtime_type (an imported file defines it too and
+ * wins). With `runtimeType` undefined, any definition of the handler is a conflict (it is
+ * about to be added elsewhere). Undefined when nothing is against it.
+ */
+export function effectiveConfigProblem(dumped: string, handler: string, runtimeType: string | undefined): string | undefined {
+  const config = parseConfig(dumped, 'containerd config dump');
+  const disabled: unknown[] = Array.isArray(config.disabled_plugins) ? config.disabled_plugins : [];
+  const cri = disabled.find(p => typeof p === 'string' && CRI_PLUGIN_IDS.includes(p));
+  if (cri !== undefined) {
+    return `containerd's CRI plugin is disabled (disabled_plugins has "${cri}", as in Docker's packaged config): Kubernetes cannot use any runtime handler here; enable the CRI plugin first`;
+  }
+  const defined = CONFIG_VERSIONS.map(v => lookup(config, [...RUNTIMES_PATH[v], handler])).find(r => r && typeof r === 'object');
+  if (runtimeType === undefined) {
+    return defined ? `handler "${handler}" is already defined in containerd's effective config (runtime_type ${JSON.stringify(defined.runtime_type)}), by a file this installer does not edit` : undefined;
+  }
+  if (!defined || defined.runtime_type !== runtimeType) {
+    return `containerd would not use the new handler: its effective config gives "${handler}" runtime_type ${JSON.stringify(defined?.runtime_type ?? null)} `
+      + '(another file, probably an imported one, defines it too and wins)';
+  }
+  return undefined;
+}
+
 /** The runtime_type the file gives `handler`, or undefined when it does not declare it. */
 export function handlerRuntimeType(text: string, version: ConfigVersion, handler: string): string | undefined {
   return lookup(parseConfig(text), [...RUNTIMES_PATH[version], handler, 'runtime_type']);

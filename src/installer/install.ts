@@ -3,7 +3,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { ShimBinary, unpackShim } from './artifact';
 import {
-  addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
+  addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord, effectiveConfigProblem,
   handlerRuntimeType, importedDropInFolder, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
 import { elfHeadOf, elfProblem } from './elf';
@@ -96,6 +96,8 @@ function sameOptions(a: Record<string, string>, b: Record<string, string>): bool
 export class Installer {
   private readonly timer = new Timer();
   private readonly changed: string[] = [];
+  /** containerd answered on the host (its version is known): it can judge a candidate config. */
+  private containerdFound = false;
   /** containerd's minor version on the host, when known. */
   private containerdMinor?: number;
   /** What was wrong with the state file, if anything. */
@@ -123,6 +125,7 @@ export class Installer {
         { distro, searched: this.host.searchPath.join(':') });
     }
     this.containerdMinor = version?.minor;
+    this.containerdFound = version !== undefined;
     const layout = this.preferDropIn(layoutFor(this.o, distro, version?.major), version?.major);
     onHost(this.o, layout.config); // a config path that cannot be resolved is refused before anything is touched
     const base: InstallResult = {
@@ -256,6 +259,7 @@ export class Installer {
       inherited = inheritedCgroupOption(effectiveText, configVersion);
       const options = { ...inherited, ...o.runtimeOptions };
       edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options }, defaults));
+      if (edited.text !== original) await this.timer.time('preflight', () => this.preflight(layout, edited.text, binary));
     } catch (e) {
       undoBinary();
       throw e instanceof ConfigError ? configFailed(e.message) : e;
@@ -394,6 +398,56 @@ export class Installer {
     if (version < 3 || folder === undefined || handlerRuntimeType(text, version, this.o.handler) !== undefined) return layout;
     const dir = path.posix.resolve(path.posix.dirname(layout.config), folder);
     return { ...layout, config: `${dir}/rcm-${this.o.handler}.toml`, ownFile: true, dropInVersion: version };
+  }
+
+  /**
+   * Before anything is written or restarted, the host's containerd reads the candidate
+   * (`config dump`, imports merged) and must serve the handler with our binary: a config it
+   * refuses, a disabled CRI plugin (Docker's packaged config) or a handler that an imported
+   * file defines too is refused here (exit 4, host untouched) instead of after a restart.
+   * k3s/rke2 templates are rendered by k3s itself at start: for them the check after the
+   * restart remains.
+   */
+  private async preflight(layout: DistroLayout, candidate: string, binary: string): Promise<void> {
+    if (!this.containerdFound) {
+      this.log.warn('no containerd on the host to check the new config with; it is checked after the restart');
+      return;
+    }
+    if (layout.template) return;
+    if (layout.effectiveConfig !== layout.config) {
+      // A drop-in beside a main config: nothing containerd reads today may define the handler.
+      const today = await this.dumpProblem(layout.effectiveConfig, undefined);
+      if (today) throw new ConfigError(today);
+    }
+    const candidateFile = this.candidatePath(layout);
+    const onDisk = onHost(this.o, candidateFile);
+    const createdFolder = fs.mkdirSync(path.dirname(onDisk), { recursive: true });
+    fs.writeFileSync(onDisk, candidate, { mode: 0o600 });
+    try {
+      const problem = await this.dumpProblem(candidateFile, binary);
+      if (problem) throw new ConfigError(problem);
+    } finally {
+      fs.rmSync(onDisk, { force: true });
+      if (createdFolder) fs.rmSync(createdFolder, { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * Where the candidate is written for containerd to read (a host path): beside the config,
+   * so that relative imports resolve as they will, except for files of our own (drop-ins in
+   * a folder a distribution watches), which import nothing and go under the install root.
+   */
+  private candidatePath(layout: DistroLayout): string {
+    const name = `.${path.posix.basename(layout.config)}.rcm-candidate-${process.pid}`;
+    const beside = path.posix.dirname(layout.config);
+    return !layout.ownFile && fs.existsSync(onHost(this.o, beside)) ? `${beside}/${name}` : `${this.o.installRoot}/preflight/${name}`;
+  }
+
+  /** What the host's containerd says against a config file (a host path), or undefined. */
+  private async dumpProblem(configFile: string, runtimeType: string | undefined): Promise<string | undefined> {
+    const dump = await hostCommand(this.host, ['containerd', '--config', configFile, 'config', 'dump'], 30_000);
+    if (dump.code !== 0) return `containerd refuses the new config: ${dump.stderr.trim().split('\n').slice(-3).join(' ').slice(0, 500)}`;
+    return effectiveConfigProblem(dump.stdout, this.o.handler, runtimeType);
   }
 
   /** The binary the config gives our handler, when it is one of ours (under our shims folder). */
