@@ -224,13 +224,38 @@ export interface EditRecord {
 }
 
 /**
+ * Tells whether a runtime_type is one of ours (a binary this installer installed). It
+ * identifies our handler where a TOML round trip by another tool (nvidia-ctk,
+ * `config dump > config.toml`) dropped the markers around our block.
+ */
+export type OwnsRuntime = (runtimeType: string) => boolean;
+
+/**
+ * Our earlier definition of `handler` in `text`: the delimited block, or, without markers,
+ * the handler's tables when `owns` its runtime_type. `viaMarkers` says which.
+ */
+function stripOwnHandler(text: string, version: ConfigVersion, handler: string, owns?: OwnsRuntime):
+{ text: string; found: boolean; viaMarkers: boolean } {
+  const block = stripBlock(text, handler);
+  if (block.found || !owns) return { ...block, viaMarkers: block.found };
+  const runtimeType = lookup(parseConfig(text), [...RUNTIMES_PATH[version], handler, 'runtime_type']);
+  if (typeof runtimeType !== 'string' || !owns(runtimeType)) return { text, found: false, viaMarkers: false };
+  const tables = stripHandlerTables(text, version, handler);
+  if (lookup(parseConfig(tables.text), [...RUNTIMES_PATH[version], handler]) !== undefined) {
+    throw new ConfigError(`handler "${handler}" names our binary ${runtimeType} but is not written as tables of its own `
+      + '(dotted keys or an inline table): remove it by hand');
+  }
+  return { ...tables, viaMarkers: false };
+}
+
+/**
  * Adds (or replaces our own earlier) handler. Refuses a handler that the file already
- * declares outside a managed block: someone else owns it.
+ * declares outside a managed block, unless `owns` its runtime_type: someone else owns it.
  */
 export function addRuntime(text: string, version: ConfigVersion, entry: RuntimeEntry,
-  defaultRuntimes?: Record<string, any>): { text: string } & EditRecord {
+  defaultRuntimes?: Record<string, any>, owns?: OwnsRuntime): { text: string } & EditRecord {
   const original = parseConfig(text);
-  const { text: base, found } = stripBlock(text, entry.handler);
+  const { text: base, found } = stripOwnHandler(text, version, entry.handler, owns);
   const baseConfig = found ? parseConfig(base) : original;
   if (lookup(baseConfig, [...RUNTIMES_PATH[version], entry.handler]) !== undefined) {
     throw new ConfigError(`handler "${entry.handler}" is already configured in this file by something else; not touching it`);
@@ -245,7 +270,8 @@ export function addRuntime(text: string, version: ConfigVersion, entry: RuntimeE
     result += defaultRuntimesBlock(version, defaultRuntimes);
   }
   result += runtimeBlock(version, entry);
-  verifyOnlyHandlerChanged(baseConfig, result, version, entry.handler, defaultRuntimes, declaresNothing);
+  // Against the whole original: whatever was taken out besides our handler would show.
+  verifyOnlyHandlerChanged(original, result, version, entry.handler, defaultRuntimes, declaresNothing);
   const added = lookup(parseConfig(result), [...RUNTIMES_PATH[version], entry.handler]);
   if (!added || added.runtime_type !== entry.runtimeType) {
     throw new ConfigError(`the edited file does not declare handler "${entry.handler}" as expected`);
@@ -253,12 +279,17 @@ export function addRuntime(text: string, version: ConfigVersion, entry: RuntimeE
   return { text: result, addedSeparator: separator.length > 0, addedVersionLine: declaresNothing };
 }
 
-/** Removes our managed block of `handler`; the rest of the file is left byte for byte. */
+/**
+ * Removes our managed block of `handler` (or, without markers, its tables when `owns` their
+ * runtime_type); the rest of the file is left byte for byte.
+ */
 export function removeRuntime(text: string, version: ConfigVersion, handler: string,
-  edit: Partial<EditRecord> = {}): { text: string; removed: boolean } {
+  edit: Partial<EditRecord> = {}, owns?: OwnsRuntime): { text: string; removed: boolean } {
   const before = parseConfig(text);
-  const stripped = stripBlock(text, handler);
+  const stripped = stripOwnHandler(text, version, handler, owns);
   if (!stripped.found) return { text, removed: false };
+  // A file rewritten by another tool no longer has what our edit record describes.
+  if (!stripped.viaMarkers) edit = {};
   let result = stripped.text;
   let defaultRuntimes: Record<string, any> | undefined;
   if (!result.includes(HANDLER_BLOCK)) {
@@ -273,6 +304,72 @@ export function removeRuntime(text: string, version: ConfigVersion, handler: str
   }
   verifyOnlyHandlerChanged(before, result, version, handler, defaultRuntimes, edit.addedVersionLine);
   return { text: result, removed: true };
+}
+
+/**
+ * Removes the tables of `handler` (`[...runtimes.HANDLER]`, `[...runtimes.HANDLER.options]`)
+ * line by line: from each header to the next table's header, keeping the comments and blank
+ * lines just before that next header (they introduce it). Callers verify the result.
+ */
+export function stripHandlerTables(text: string, version: ConfigVersion, handler: string): { text: string; found: boolean } {
+  const prefix = [...RUNTIMES_PATH[version], handler];
+  const lines = text.split('\n');
+  const keep = lines.map(() => true);
+  let found = false;
+  for (let i = 0; i < lines.length; i++) {
+    const keys = tableHeaderKeys(lines[i]);
+    if (!keys || keys.length < prefix.length || prefix.some((k, j) => keys[j] !== k)) continue;
+    found = true;
+    let end = i + 1;
+    while (end < lines.length && !isTableHeader(lines[end])) end++;
+    let last = end - 1;
+    while (last > i && /^\s*(#.*)?$/.test(lines[last])) last--;
+    for (let j = i; j <= last; j++) keep[j] = false;
+  }
+  return { text: lines.filter((_, i) => keep[i]).join('\n'), found };
+}
+
+function isTableHeader(line: string): boolean {
+  return /^\s*\[\[?\s*[A-Za-z0-9_"'-]/.test(line) && /\]\s*(#.*)?$/.test(line) && !/,\s*$/.test(line);
+}
+
+/** The keys of a `[table.header]` line (quoted keys unquoted), or undefined for other lines. */
+export function tableHeaderKeys(line: string): string[] | undefined {
+  const m = /^\s*\[(?!\[)(.*)\]\s*(#.*)?$/.exec(line);
+  if (!m) return undefined;
+  const inner = m[1];
+  const keys: string[] = [];
+  let i = 0;
+  for (;;) {
+    while (inner[i] === ' ' || inner[i] === '\t') i++;
+    let key: string;
+    if (inner[i] === '"') {
+      let j = i + 1;
+      while (j < inner.length && inner[j] !== '"') j += inner[j] === '\\' ? 2 : 1;
+      if (j >= inner.length) return undefined;
+      try {
+        key = JSON.parse(inner.slice(i, j + 1));
+      } catch {
+        return undefined;
+      }
+      i = j + 1;
+    } else if (inner[i] === "'") {
+      const j = inner.indexOf("'", i + 1);
+      if (j < 0) return undefined;
+      key = inner.slice(i + 1, j);
+      i = j + 1;
+    } else {
+      const bare = /^[A-Za-z0-9_-]+/.exec(inner.slice(i));
+      if (!bare) return undefined;
+      key = bare[0];
+      i += key.length;
+    }
+    keys.push(key);
+    while (inner[i] === ' ' || inner[i] === '\t') i++;
+    if (i >= inner.length) return keys;
+    if (inner[i] !== '.') return undefined;
+    i++;
+  }
 }
 
 function versionLine(version: ConfigVersion): string {

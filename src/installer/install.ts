@@ -258,7 +258,8 @@ export class Installer {
       const effectiveText = layout.effectiveConfig !== layout.config && fs.existsSync(effectiveFile) ? fs.readFileSync(effectiveFile, 'utf8') : current;
       inherited = inheritedCgroupOption(effectiveText, configVersion);
       const options = { ...inherited, ...o.runtimeOptions };
-      edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options }, defaults));
+      edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options }, defaults,
+        this.owns(state)));
       if (edited.text !== original) await this.timer.time('preflight', () => this.preflight(layout, edited.text, binary));
     } catch (e) {
       undoBinary();
@@ -328,7 +329,7 @@ export class Installer {
     if (original !== undefined) {
       try {
         const version = state?.configVersion ?? detectConfigVersion(original, major);
-        removed = await this.timer.time('config', () => removeRuntime(original, version, o.handler, state?.edit ?? {}));
+        removed = await this.timer.time('config', () => removeRuntime(original, version, o.handler, state?.edit ?? {}, this.owns(state)));
       } catch (e) {
         throw e instanceof ConfigError ? configFailed(e.message) : e;
       }
@@ -422,7 +423,9 @@ export class Installer {
     const candidateFile = this.candidatePath(layout);
     const onDisk = onHost(this.o, candidateFile);
     const createdFolder = fs.mkdirSync(path.dirname(onDisk), { recursive: true });
-    fs.writeFileSync(onDisk, candidate, { mode: 0o600 });
+    // A file written by `config dump` imports itself: the candidate stands in for the config there too.
+    const selfImport = new RegExp(`(["'])${layout.config.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\1`, 'g');
+    fs.writeFileSync(onDisk, candidate.replace(selfImport, `$1${candidateFile}$1`), { mode: 0o600 });
     try {
       const problem = await this.dumpProblem(candidateFile, binary);
       if (problem) throw new ConfigError(problem);
@@ -448,6 +451,15 @@ export class Installer {
     const dump = await hostCommand(this.host, ['containerd', '--config', configFile, 'config', 'dump'], 30_000);
     if (dump.code !== 0) return `containerd refuses the new config: ${dump.stderr.trim().split('\n').slice(-3).join(' ').slice(0, 500)}`;
     return effectiveConfigProblem(dump.stdout, this.o.handler, runtimeType);
+  }
+
+  /**
+   * Which runtime_types are ours: the binary the record names, or any under our shims folder.
+   * It finds our handler where another tool's TOML round trip dropped our markers.
+   */
+  private owns(state: InstallState | undefined): (runtimeType: string) => boolean {
+    const ours = shimsDir(this.o) + '/';
+    return runtimeType => runtimeType === state?.binary || runtimeType.startsWith(ours);
   }
 
   /** The binary the config gives our handler, when it is one of ours (under our shims folder). */
