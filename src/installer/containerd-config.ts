@@ -5,6 +5,7 @@
 // Every edit is parsed with smol-toml before and after and must change exactly the one
 // handler table; if appending cannot express that (for example the runtimes table is an
 // inline table), the edit is refused rather than guessed.
+import { createHash } from 'crypto';
 import { parse, stringify } from 'smol-toml';
 
 export type ConfigVersion = 1 | 2 | 3 | 4;
@@ -146,6 +147,34 @@ function optionValue(value: string): string {
   if (value === 'true' || value === 'false') return value;
   if (/^-?(0|[1-9][0-9]*)$/.test(value)) return value;
   return tomlString(value);
+}
+
+/**
+ * Whether the written-out defaults block differs from what was written (its marker's hash);
+ * a block of an older installer, without a hash, counts as unchanged.
+ */
+function defaultsBlockEdited(text: string): boolean {
+  const start = text.indexOf(beginMarker(DEFAULTS_BLOCK));
+  if (start < 0) return false;
+  const lineEnd = text.indexOf('\n', start);
+  const hash = /sha256=([0-9a-f]{64})$/.exec(text.slice(start, lineEnd))?.[1];
+  const end = text.indexOf(endMarker(DEFAULTS_BLOCK), lineEnd);
+  if (hash === undefined || end < 0) return false;
+  return sha256Hex(text.slice(lineEnd + 1, end)) !== hash;
+}
+
+/** Removes a block's two marker lines and keeps what is between them. */
+function unwrapBlock(text: string, handler: string): string {
+  const start = text.indexOf(beginMarker(handler));
+  const lineEnd = text.indexOf('\n', start);
+  const end = text.indexOf(endMarker(handler), lineEnd);
+  let after = end + endMarker(handler).length;
+  if (text[after] === '\n') after++;
+  return text.slice(0, start) + text.slice(lineEnd + 1, end) + text.slice(after);
+}
+
+function sha256Hex(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
 }
 
 function stripBlock(text: string, handler: string): { text: string; found: boolean } {
@@ -294,13 +323,21 @@ export function removeRuntime(text: string, version: ConfigVersion, handler: str
   let defaultRuntimes: Record<string, any> | undefined;
   if (!result.includes(HANDLER_BLOCK)) {
     // The written-out defaults leave with the last managed handler.
-    const defaults = stripBlock(result, DEFAULTS_BLOCK);
-    if (defaults.found) {
-      defaultRuntimes = lookup(parseConfig(result), RUNTIMES_PATH[version]);
-      result = defaults.text;
+    if (defaultsBlockEdited(result)) {
+      // An admin changed containerd's defaults inside our block: the settings are theirs now.
+      result = unwrapBlock(result, DEFAULTS_BLOCK);
+    } else {
+      const defaults = stripBlock(result, DEFAULTS_BLOCK);
+      if (defaults.found) {
+        defaultRuntimes = lookup(parseConfig(result), RUNTIMES_PATH[version]);
+        result = defaults.text;
+      }
     }
     if (edit.addedSeparator && result.endsWith('\n')) result = result.slice(0, -1);
-    if (edit.addedVersionLine && result.startsWith(versionLine(version))) result = result.slice(versionLine(version).length);
+    // The version line goes only with the last setting: without it containerd 1.x would read
+    // an admin's later settings as version 1 and ignore them.
+    const rest = result.startsWith(versionLine(version)) ? result.slice(versionLine(version).length) : undefined;
+    if (edit.addedVersionLine && rest !== undefined && Object.keys(parseConfig(rest)).length === 0) result = rest;
   }
   verifyOnlyHandlerChanged(before, result, version, handler, defaultRuntimes, edit.addedVersionLine);
   return { text: result, removed: true };
@@ -379,7 +416,9 @@ function versionLine(version: ConfigVersion): string {
 /** The default runtimes (from `containerd config default`), as a managed block. */
 function defaultRuntimesBlock(version: ConfigVersion, runtimes: Record<string, any>): string {
   const nested = RUNTIMES_PATH[version].reduceRight<Record<string, any>>((inner, key) => ({ [key]: inner }), structuredClone(runtimes));
-  return `${beginMarker(DEFAULTS_BLOCK)}\n${stringify(nested)}\n${endMarker(DEFAULTS_BLOCK)}\n`;
+  const content = `${stringify(nested)}\n`;
+  // The marker carries the content's hash: whether an admin edited the block since shows.
+  return `${beginMarker(DEFAULTS_BLOCK)} sha256=${sha256Hex(content)}\n${content}${endMarker(DEFAULTS_BLOCK)}\n`;
 }
 
 /** The runtimes table of `containerd config default` output, translated to `version`'s path. */
