@@ -38,6 +38,9 @@ export interface InstallResult {
   stateProblem?: string;
 }
 
+/** A k3s/rke2 template that renders exactly the distribution's own config. */
+const BASE_TEMPLATE = '{{ template "base" . }}\n';
+
 /** A config without any setting but its version (what is left of a drop-in once our handler is out). */
 function declaresNothing(text: string): boolean {
   return Object.keys(parseConfig(text)).every(key => key === 'version');
@@ -338,7 +341,11 @@ export class Installer {
     if (removed.removed) {
       const backup = this.backup(original!);
       // Without a record, a drop-in named after our handler is ours when nothing but its version is left.
-      const removable = state ? state.configCreated && removed.text.trim() === '' : layout.ownFile === true && declaresNothing(removed.text);
+      // A template we created is ours again once only its base directive is left.
+      const leftOver = removed.text.trim();
+      const removable = state
+        ? state.configCreated && (leftOver === '' || (layout.template && leftOver === BASE_TEMPLATE.trim()))
+        : layout.ownFile === true && declaresNothing(removed.text);
       if (removable) {
         fs.rmSync(configFile, { force: true });
         const folder = path.dirname(configFile);
@@ -377,14 +384,17 @@ export class Installer {
 
   /**
    * Where the main config imports a drop-in folder on containerd 2 (2.2+ write
-   * `imports = ['/etc/containerd/conf.d/*.toml']` by default), the handler goes in a file of
-   * its own there and the main file stays untouched, as kata-deploy and nvidia-ctk do:
-   * containerd 2 merges imports deeply. Never on 1.x, where an imported CRI table replaces
-   * the main file's whole table. A handler already in the main file stays there.
+   * `imports = ['/etc/containerd/conf.d/*.toml']` by default; a k3s/rke2 base may import one
+   * too), the handler goes in a file of its own there and the main file (or template) stays
+   * untouched, as kata-deploy and nvidia-ctk do: containerd 2 merges imports deeply. Never
+   * on 1.x, where an imported CRI table replaces the main file's whole table. A handler
+   * already in the main file stays there. For k3s/rke2 the rendered config.toml is what is
+   * read: it shows what the base and the template import.
    */
   private preferDropIn(layout: DistroLayout, major: number | undefined): DistroLayout {
-    if (layout.template || layout.distro === 'k0s' || major === undefined || major < 2) return layout;
-    const main = onHost(this.o, layout.config);
+    if (layout.distro === 'k0s' || major === undefined || major < 2) return layout;
+    const mainPath = layout.template ? layout.effectiveConfig : layout.config;
+    const main = onHost(this.o, mainPath);
     if (!fs.existsSync(main)) return layout;
     let version: ConfigVersion;
     let folder: string | undefined;
@@ -397,8 +407,8 @@ export class Installer {
       return layout; // the edit of the main file reports what is wrong with it
     }
     if (version < 3 || folder === undefined || handlerRuntimeType(text, version, this.o.handler) !== undefined) return layout;
-    const dir = path.posix.resolve(path.posix.dirname(layout.config), folder);
-    return { ...layout, config: `${dir}/rcm-${this.o.handler}.toml`, ownFile: true, dropInVersion: version };
+    const dir = path.posix.resolve(path.posix.dirname(mainPath), folder);
+    return { ...layout, config: `${dir}/rcm-${this.o.handler}.toml`, template: false, ownFile: true, dropInVersion: version };
   }
 
   /**
@@ -499,11 +509,12 @@ export class Installer {
   }
 
   private async initialConfig(layout: DistroLayout): Promise<string> {
-    if (!layout.template) return '';
-    // k3s/rke2 render config.toml from the template: start the template from that rendering.
-    const rendered = onHost(this.o, layout.effectiveConfig);
-    return fs.existsSync(rendered) ? fs.readFileSync(rendered, 'utf8') : '{{ template "base" . }}\n';
+    // k3s/rke2 render config.toml from the template, putting their own base config where it
+    // says {{ template "base" . }}. A template that copied today's rendering would freeze it:
+    // k3s upgrades would never change the node's base config again.
+    return layout.template ? BASE_TEMPLATE : '';
   }
+
 
   private async defaultRuntimes(): Promise<Record<string, any> | undefined> {
     const r = await hostCommand(this.host, ['containerd', 'config', 'default'], 30_000);

@@ -81,7 +81,7 @@ function rancherInit(d: Rancher, template: string): string {
 /** `systemctl restart k3s`, as the test's host has no systemd: returns once the old containerd is gone. */
 const RESTART = 'old=$(cat /run/rancher-containerd.pid); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done';
 
-async function rancherHost(d: Rancher, containerd: { major: number; binary: string }): Promise<FakeHost> {
+async function rancherHost(d: Rancher, containerd: { major: number; binary: string }, baseImports?: string): Promise<FakeHost> {
   const bin = path.dirname(containerd.binary);
   const host = await startFakeHost({
     [`${d.data.slice(1)}/bin/containerd`]: { copy: path.join(bin, 'containerd') },
@@ -89,7 +89,7 @@ async function rancherHost(d: Rancher, containerd: { major: number; binary: stri
     [d.link[0]]: { link: d.link[1] },
     [`${d.etc.slice(1)}/base.toml`]: containerdBaseConfig(containerd.binary, {
       root: d.etc.replace('/etc/containerd', '/containerd'), state: path.dirname(d.socket), socket: d.socket,
-    }),
+    }).replace(/^imports = \[\]$/m, baseImports ? `imports = ['${baseImports}']` : '$&'),
     [`etc/systemd/system/${d.unit}.service`]: '',
     'var/log/.keep': '',
   }, rancherInit(d, containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'));
@@ -110,6 +110,9 @@ async function waitFor(check: () => unknown, timeoutMs = 20_000): Promise<void> 
     }
   }
 }
+
+/** A path under the host's root, as this process sees it. */
+const run = (host: FakeHost, p: string) => path.join(host.root, p);
 
 /** The handler as the host's containerd reads its effective config. */
 function effectiveHandler(host: FakeHost, d: Rancher, handler: string): any {
@@ -132,7 +135,7 @@ describe.each(RANCHER_CASES)('$distro with containerd $version only in its own f
     const d = RANCHER[distro];
     const host = await rancherHost(d, containerd);
     expect(() => host.run(['sh', '-c', 'command -v containerd || command -v ctr'])).toThrow();
-    const pidBefore = fs.readFileSync(path.join(host.root, 'run/rancher-containerd.pid'), 'utf8');
+    const pidBefore = fs.readFileSync(run(host, 'run/rancher-containerd.pid'), 'utf8');
     const template = containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl';
     const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--restart=command', `--restart-command=${RESTART}`,
       '--retries=0', '--health-timeout=30'];
@@ -150,19 +153,56 @@ describe.each(RANCHER_CASES)('$distro with containerd $version only in its own f
       paths: { config: `${d.etc}/${template}`, containerd: `${d.bin}/containerd` },
     });
     // AND the template of that version was written, rendered, and the restarted containerd serves the handler
-    expect(fs.existsSync(path.join(host.root, d.etc, template))).toBe(true);
-    expect(fs.readFileSync(path.join(host.root, 'run/rancher-containerd.pid'), 'utf8')).not.toBe(pidBefore);
+    const templateFile = path.join(host.root, d.etc, template);
+    expect(fs.readFileSync(run(host, 'run/rancher-containerd.pid'), 'utf8')).not.toBe(pidBefore);
+    expect(effectiveHandler(host, d, 'rcmtest')).toMatchObject({ runtime_type: install.result.paths.binary });
+    // AND the template starts from the distribution's base, not a frozen copy of today's rendering
+    const written = fs.readFileSync(templateFile, 'utf8');
+    expect(written.startsWith('{{ template "base" . }}\n# BEGIN runtime-class-manager handler rcmtest')).toBe(true);
+    expect(written).not.toMatch(/^root = /m);
+    // so a new base (an upgrade of the distribution) still reaches the node
+    const base = path.join(host.root, d.etc, 'base.toml');
+    fs.writeFileSync(base, fs.readFileSync(base, 'utf8').replace(/^oom_score = 0$/m, 'oom_score = -500'));
+    const pidBeforeUpgrade = fs.readFileSync(run(host, 'run/rancher-containerd.pid'), 'utf8');
+    host.run(['sh', '-c', RESTART]);
+    await waitFor(() => {
+      if (fs.readFileSync(run(host, 'run/rancher-containerd.pid'), 'utf8') === pidBeforeUpgrade) throw new Error('not restarted yet');
+      host.run([`${d.bin}/ctr`, '--address', d.socket, 'version']);
+    });
+    expect(fs.readFileSync(path.join(host.root, d.etc, 'config.toml'), 'utf8')).toMatch(/^oom_score = -500$/m);
     expect(effectiveHandler(host, d, 'rcmtest')).toMatchObject({ runtime_type: install.result.paths.binary });
 
     // WHEN it is uninstalled
     const uninstall = await runBundle(bundle, 'uninstall', args);
-    // THEN containerd serves without the handler
+    // THEN containerd serves without the handler, and the template we created is gone
     expect(uninstall.code).toBe(0);
     expect(uninstall.result.outcome).toBe('uninstalled');
     expect(effectiveHandler(host, d, 'rcmtest')).toBeUndefined();
+    expect(fs.existsSync(templateFile)).toBe(false);
     host.run([`${d.bin}/ctr`, '--address', d.socket, 'version']);
   }, 120_000);
 });
+
+test('k3s whose base imports a drop-in folder (containerd 2.1): a drop-in there, no template; uninstall leaves nothing', async () => {
+  // GIVEN a k3s node whose rendered config imports config-v3.toml.d/*.toml
+  const d = RANCHER.k3s;
+  const c21 = CONTAINERD_BINARIES.find(c => c.version === '2.1')!;
+  const host = await rancherHost(d, c21, `${d.etc}/config-v3.toml.d/*.toml`);
+  const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--restart=command', `--restart-command=${RESTART}`,
+    '--retries=0', '--health-timeout=30'];
+  // WHEN installing
+  const install = await runBundle(bundle, 'install', [...args, `--location=${artifact.url}`]);
+  // THEN the handler is in a drop-in of that folder, no template was made, and k3s's containerd serves it
+  expect(install.stderr).not.toMatch(/ERROR/);
+  expect(install.code).toBe(0);
+  expect(install.result.paths.config).toBe(`${d.etc}/config-v3.toml.d/rcm-rcmtest.toml`);
+  expect(fs.readdirSync(path.join(host.root, d.etc)).sort()).toEqual(['base.toml', 'config-v3.toml.d', 'config.toml']);
+  expect(effectiveHandler(host, d, 'rcmtest')).toMatchObject({ runtime_type: install.result.paths.binary });
+  // WHEN uninstalling THEN the drop-in and its folder are gone
+  expect((await runBundle(bundle, 'uninstall', args)).code).toBe(0);
+  expect(fs.readdirSync(path.join(host.root, d.etc)).sort()).toEqual(['base.toml', 'config.toml']);
+  expect(effectiveHandler(host, d, 'rcmtest')).toBeUndefined();
+}, 120_000);
 
 test('k0s: containerd only in /var/lib/k0s/bin; the drop-in is written in the schema of that containerd', async () => {
   // GIVEN a k0s node (k0s reloads its drop-in folder itself: no restart)
