@@ -12,6 +12,7 @@ import { download } from './fetch';
 import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, writeAtomically } from './host';
 import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
+import { Journal, parseJournal, recoveryFor } from './journal';
 import { Logger } from './log';
 import { artifactFor, InstallerOptions } from './options';
 import { InstallState, parseState } from './state';
@@ -34,9 +35,30 @@ export interface InstallResult {
   state?: InstallState;
   /** status: the recorded install is all there (binary and handler). */
   installed?: boolean;
+  /** status: handlers whose change an interrupted installer left for the next run to finish or undo. */
+  interrupted?: string[];
   /** What is wrong with the state file, when it could not be used. */
   stateProblem?: string;
 }
+
+/**
+ * A test hook (fault tests kill the installer at named steps): with RCM_TEST_PAUSE_AT=STEP
+ * the installer says so on stderr and waits at STEP until SIGTERM. Unset, it does nothing.
+ */
+async function pauseForTests(step: string): Promise<void> {
+  if (process.env.RCM_TEST_PAUSE_AT !== step) return;
+  process.stderr.write(`paused at ${step}\n`);
+  await new Promise<void>(resolve => {
+    const keepAlive = setInterval(() => undefined, 60_000);
+    process.once('SIGTERM', () => {
+      clearInterval(keepAlive);
+      resolve();
+    });
+  });
+}
+
+/** Exit code of a run stopped by SIGTERM before it changed anything (128 + 15, as a shell reports it). */
+const TERMINATED_EXIT_CODE = 143;
 
 /** A k3s/rke2 template that renders exactly the distribution's own config. */
 const BASE_TEMPLATE = '{{ template "base" . }}\n';
@@ -99,6 +121,8 @@ function sameOptions(a: Record<string, string>, b: Record<string, string>): bool
 export class Installer {
   private readonly timer = new Timer();
   private readonly changed: string[] = [];
+  /** Something on the host was changed by this run: from then on SIGTERM lets it finish first. */
+  private hostTouched = false;
   /** containerd answered on the host (its version is known): it can judge a candidate config. */
   private containerdFound = false;
   /** containerd's minor version on the host, when known. */
@@ -111,11 +135,24 @@ export class Installer {
   constructor(private readonly o: InstallerOptions, private readonly log: Logger) {}
 
   async run(): Promise<InstallResult> {
+    // SIGTERM (the pod deleted): before the host was touched, stop at once (the kernel drops
+    // the lock); after, finish the change, which is bounded by the health timeout; a SIGKILL
+    // that follows is what the journal is for.
+    const onTerm = () => {
+      if (!this.hostTouched) {
+        this.log.warn('SIGTERM before anything on the host changed: stopping');
+        process.exit(TERMINATED_EXIT_CODE);
+      }
+      this.log.warn('SIGTERM: finishing the change in progress first');
+    };
+    process.on('SIGTERM', onTerm);
     try {
       return await this.runUnchecked();
     } catch (e) {
       // A host path that cannot be resolved inside the host root (a link loop, a missing host root).
       throw e instanceof HostPathError ? new InstallerError(ExitCode.CONFIG_FAILED, 'HostPathUnresolvable', e.message) : e;
+    } finally {
+      process.off('SIGTERM', onTerm);
     }
   }
 
@@ -149,7 +186,14 @@ export class Installer {
       const message = !state ? `handler ${this.o.handler} is not recorded as installed here`
         : missing ? `handler ${this.o.handler} is recorded as installed, but ${missing}` : `handler ${this.o.handler} is installed`;
       return {
-        ...base, outcome: 'status', message, installed: !!state && !missing, state, stateProblem: this.stateProblem, timings: this.timer.total(),
+        ...base,
+        outcome: 'status',
+        message,
+        installed: !!state && !missing,
+        state,
+        stateProblem: this.stateProblem,
+        interrupted: this.interruptedHandlers(),
+        timings: this.timer.total(),
       };
     }
     const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-'));
@@ -160,6 +204,7 @@ export class Installer {
       const waitStarted = Date.now();
       const result = await withHostLock(lock, 10 * 60_000, this.log, async () => {
         this.timer.timings.lockWaitMs = Date.now() - waitStarted;
+        await this.recoverInterrupted();
         return this.o.command === 'install' ? this.install(base, layout, version?.major, scratch, fetched) : this.uninstall(base, layout, version?.major);
       }).catch(e => {
         throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
@@ -223,26 +268,8 @@ export class Installer {
     const exists = fs.existsSync(binaryOnHost);
     // Other bytes at our versioned path are damage (a truncated or edited file): rewrite them.
     const damaged = exists && sha256Of(binaryOnHost) !== fetched.binarySha256;
-    // Undo removes exactly the folders this install created (never a repaired binary).
-    let createdForBinary: string | undefined;
-    const undoBinary = () => {
-      if (createdForBinary) fs.rmSync(createdForBinary, { recursive: true, force: true });
-    };
-    if (!exists || damaged) {
-      if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
-      writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
-      // The new folders' entries too, up to the first folder that was there before.
-      const stop = createdForBinary && path.dirname(createdForBinary);
-      for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));
-      const written = sha256Of(binaryOnHost);
-      if (written !== fetched.binarySha256) {
-        undoBinary();
-        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
-          `${binary} reads back with sha256 ${written}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
-      }
-      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${binary}`);
-    }
 
+    // The edit is computed and checked before anything on the host changes.
     const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
     let edited: { text: string } & EditRecord;
     let configVersion: ConfigVersion;
@@ -265,7 +292,6 @@ export class Installer {
         this.owns(state)));
       if (edited.text !== original) await this.timer.time('preflight', () => this.preflight(layout, edited.text, binary));
     } catch (e) {
-      undoBinary();
       throw e instanceof ConfigError ? configFailed(e.message) : e;
     }
 
@@ -274,7 +300,6 @@ export class Installer {
     const mode = configExists ? permissions(configFile) : 0o644;
     // A drop-in folder that the main config names but nobody made yet goes again with our file.
     const folderCreated = !fs.existsSync(path.dirname(configFile));
-
     const newState: InstallState = {
       handler: o.handler,
       shimName: o.shimName,
@@ -292,23 +317,74 @@ export class Installer {
       edit: state?.edit ?? { addedSeparator: edited.addedSeparator, addedVersionLine: edited.addedVersionLine },
       installedAt: new Date().toISOString(),
     };
+    const stateText = JSON.stringify(newState, null, 2) + '\n';
 
-    if (configChanges) {
+    // The intent first: an interrupted run is finished or undone by the next one.
+    const journal: Journal | undefined = configChanges ? {
+      handler: o.handler,
+      operation: 'install',
+      phase: 'prepared',
+      layout,
+      original: original ?? null,
+      edited: edited.text,
+      mode,
+      binary,
+      createdPaths: [...(exists ? [] : [path.posix.dirname(binary)]), ...(folderCreated ? [path.posix.dirname(layout.config)] : [])],
+      removeWhenDone: previousBinary && previousBinary !== binary ? [path.posix.dirname(previousBinary)] : [],
+      stateToWrite: { file: stateFile(o), text: stateText },
+      startedAt: new Date().toISOString(),
+    } : undefined;
+    this.hostTouched = true;
+    if (journal) this.saveJournal(journal);
+
+    // Undo removes exactly the folders this install created (never a repaired binary).
+    let createdForBinary: string | undefined;
+    const undoBinary = () => {
+      if (createdForBinary) this.removeAndPrune(createdForBinary);
+    };
+    if (!exists || damaged) {
+      if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
+      writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
+      // The new folders' entries too, up to the first folder that was there before.
+      const stop = createdForBinary && path.dirname(createdForBinary);
+      for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));
+      const written = sha256Of(binaryOnHost);
+      if (written !== fetched.binarySha256) {
+        undoBinary();
+        this.clearJournal(o.handler);
+        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
+          `${binary} reads back with sha256 ${written}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
+      }
+      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${binary}`);
+    }
+    await pauseForTests('binary-written');
+
+    if (journal) {
       const backup = original !== undefined ? this.backup(original) : undefined;
       writeAtomically(configFile, edited.text, mode);
       this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
+      this.saveJournal({ ...journal, phase: 'config-written' });
+      await pauseForTests('config-written');
       await this.restartOrRollBack(layout, binary, () => {
         // Undo: the previous bytes (or no file), and the new binary.
+        this.saveJournal({ ...journal, phase: 'rolling-back' });
         if (original === undefined) fs.rmSync(configFile, { force: true });
         else writeAtomically(configFile, original, mode);
         if (folderCreated) fs.rmSync(path.dirname(configFile), { recursive: true, force: true });
         backup?.undo();
         undoBinary();
+      }).catch(e => {
+        // Rolled back and serving: nothing left to finish. Still failing: the next run restarts again.
+        if (e instanceof InstallerError && e.exitCode === ExitCode.RESTART_FAILED_ROLLED_BACK) this.clearJournal(o.handler);
+        throw e;
       });
+      this.saveJournal({ ...journal, phase: 'restarted' });
     }
 
-    writeAtomically(statePath(o), JSON.stringify(newState, null, 2) + '\n', 0o600);
+    writeAtomically(statePath(o), stateText, 0o600);
+    await pauseForTests('state-written');
     if (previousBinary && previousBinary !== binary) this.removeVersion(previousBinary);
+    this.clearJournal(o.handler);
     this.rotateBackups();
     return {
       ...base,
@@ -339,13 +415,27 @@ export class Installer {
     }
     const mode = original !== undefined ? permissions(configFile) : 0o644;
     if (removed.removed) {
-      const backup = this.backup(original!);
+      this.hostTouched = true;
       // Without a record, a drop-in named after our handler is ours when nothing but its version is left.
       // A template we created is ours again once only its base directive is left.
       const leftOver = removed.text.trim();
       const removable = state
         ? state.configCreated && (leftOver === '' || (layout.template && leftOver === BASE_TEMPLATE.trim()))
         : layout.ownFile === true && declaresNothing(removed.text);
+      const journal: Journal = {
+        handler: o.handler,
+        operation: 'uninstall',
+        phase: 'prepared',
+        layout: { ...layout, config: state?.configFile ?? layout.config },
+        original: original!,
+        edited: removable ? null : removed.text,
+        mode,
+        createdPaths: [],
+        removeWhenDone: [shimsDir(o), stateFile(o)],
+        startedAt: new Date().toISOString(),
+      };
+      this.saveJournal(journal);
+      const backup = this.backup(original!);
       if (removable) {
         fs.rmSync(configFile, { force: true });
         const folder = path.dirname(configFile);
@@ -354,14 +444,22 @@ export class Installer {
         writeAtomically(configFile, removed.text, mode);
       }
       this.changed.push(`removed handler ${o.handler} from ${state?.configFile ?? layout.config}`);
+      this.saveJournal({ ...journal, phase: 'config-written' });
+      await pauseForTests('config-written');
       await this.restartOrRollBack(layout, undefined, () => {
+        this.saveJournal({ ...journal, phase: 'rolling-back' });
         writeAtomically(configFile, original!, mode);
         backup.undo();
+      }).catch(e => {
+        if (e instanceof InstallerError && e.exitCode === ExitCode.RESTART_FAILED_ROLLED_BACK) this.clearJournal(o.handler);
+        throw e;
       });
+      this.saveJournal({ ...journal, phase: 'restarted' });
       this.rotateBackups();
     }
     this.removeAndPrune(onHost(o, shimsDir(o)));
     this.removeAndPrune(statePath(o));
+    this.clearJournal(o.handler);
     if (state) this.changed.push(`removed ${shimsDir(o)}`);
     if (!state && !removed.removed) return notInstalled;
     return { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
@@ -472,6 +570,78 @@ export class Installer {
     return runtimeType => runtimeType === state?.binary || runtimeType.startsWith(ours);
   }
 
+  private journalFile(handler: string): string {
+    return path.join(this.o.installRoot, 'journal', `${handler}.json`);
+  }
+
+  /** Writes (and fsyncs) the journal: it must be on disk before what it announces happens. */
+  private saveJournal(journal: Journal): void {
+    writeAtomically(onHost(this.o, this.journalFile(journal.handler)), JSON.stringify(journal) + '\n', 0o600);
+  }
+
+  private clearJournal(handler: string): void {
+    this.removeAndPrune(onHost(this.o, this.journalFile(handler)));
+  }
+
+  /** The handlers whose change an interrupted installer left unfinished. */
+  private interruptedHandlers(): string[] {
+    const dir = onHost(this.o, path.join(this.o.installRoot, 'journal'));
+    return fs.existsSync(dir) ? fs.readdirSync(dir).filter(f => f.endsWith('.json')).map(f => f.slice(0, -'.json'.length)).sort() : [];
+  }
+
+  /**
+   * Finishes or undoes what interrupted installers (of any handler: they share the config)
+   * left half done, before this run changes anything. Runs under the host lock.
+   */
+  private async recoverInterrupted(): Promise<void> {
+    for (const handler of this.interruptedHandlers()) {
+      const file = onHost(this.o, this.journalFile(handler));
+      const journal = parseJournal(fs.readFileSync(file, 'utf8'));
+      if (!journal) {
+        this.log.warn('an unreadable journal of an interrupted installer is dropped; the config is left as it is', { handler });
+        this.clearJournal(handler);
+        continue;
+      }
+      this.hostTouched = true;
+      const configFile = onHost(this.o, journal.layout.config);
+      const current = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : null;
+      const recovery = recoveryFor(journal, current);
+      this.log.warn(`an installer was interrupted during the ${journal.operation} of ${handler}: ${recovery}`, { phase: journal.phase, since: journal.startedAt });
+      this.changed.push(`recovered the interrupted ${journal.operation} of ${handler}: ${recovery}`);
+      if (recovery === 'finish' || recovery === 'complete') {
+        const problem = recovery === 'finish' && this.restarts(journal.layout) ? await this.timer.time('restart', () => this.restartAndCheck(journal.layout, journal.binary)) : undefined;
+        if (!problem) {
+          if (journal.stateToWrite) writeAtomically(onHost(this.o, journal.stateToWrite.file), journal.stateToWrite.text, 0o600);
+          for (const p of journal.removeWhenDone) this.removeAndPrune(onHost(this.o, p));
+        } else {
+          this.log.error('containerd did not come back with the interrupted change; undoing it', { problem });
+          if (journal.original === null) fs.rmSync(configFile, { force: true });
+          else writeAtomically(configFile, journal.original, journal.mode);
+          await this.undoCreated(journal, true);
+        }
+      } else if (recovery === 'undo-restart' || recovery === 'undo') {
+        await this.undoCreated(journal, recovery === 'undo-restart');
+      }
+      this.clearJournal(handler);
+    }
+  }
+
+  /** Removes what an interrupted change created; restarts containerd when it may have read the change. */
+  private async undoCreated(journal: Journal, restart: boolean): Promise<void> {
+    for (const p of journal.createdPaths) this.removeAndPrune(onHost(this.o, p));
+    if (!restart || !this.restarts(journal.layout)) return;
+    const again = await this.timer.time('restart', () => this.restartAndCheck(journal.layout, undefined));
+    if (again) {
+      throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
+        `an interrupted change of ${journal.handler} was undone, but containerd is still failing (${again}): the node needs a human`);
+    }
+  }
+
+  /** Whether this run restarts containerd for changes of this layout. */
+  private restarts(layout: DistroLayout): boolean {
+    return !(this.o.restart === 'none' || (this.o.restart === 'systemd' && !layout.unit));
+  }
+
   /** The binary the config gives our handler, when it is one of ours (under our shims folder). */
   private ownBinaryIn(configText: string, version: ConfigVersion): string | undefined {
     const runtimeType = handlerRuntimeType(configText, version, this.o.handler);
@@ -561,7 +731,7 @@ export class Installer {
   }
 
   private async restartOrRollBack(layout: DistroLayout, binary: string | undefined, undo: () => void): Promise<void> {
-    if (this.o.restart === 'none' || (this.o.restart === 'systemd' && !layout.unit)) {
+    if (!this.restarts(layout)) {
       // k0s has no unit to restart: it reloads its drop-in folder by itself.
       this.log.info('no restart: containerd picks the change up by itself or at its next restart', { distro: layout.distro });
       return;
@@ -584,6 +754,7 @@ export class Installer {
     const argv = this.o.restart === 'command'
       ? ['sh', '-c', this.o.restartCommand!]
       : ['systemctl', 'restart', layout.unit ?? 'containerd'];
+    this.log.info('restarting containerd', { command: argv.join(' ') });
     const r = await hostCommand(this.host, argv);
     if (r.code !== 0) return `restart command exited ${r.code}: ${r.stderr.trim().slice(0, 300)}`;
     const deadline = Date.now() + this.o.healthTimeoutSeconds * 1000;
