@@ -135,6 +135,17 @@ export interface RuntimeClassManagerProps {
    */
   readonly failureThreshold?: number;
   /**
+   * Sustained requests per second from the controller to the API server (a client-side rate
+   * limit, as client-go's; leader election is not limited).
+   * @default 50
+   */
+  readonly kubeApiQps?: number;
+  /**
+   * Requests the controller may send in a burst above `kubeApiQps`.
+   * @default 100
+   */
+  readonly kubeApiBurst?: number;
+  /**
    * CPU and memory of the controller container.
    * @default - requests 50m / 64Mi, limits 500m / 256Mi
    */
@@ -200,6 +211,8 @@ export class RuntimeClassManager extends Construct {
     const retryBackoff = props.retryBackoff ?? Duration.seconds(30);
     const maxRetryBackoff = props.maxRetryBackoff ?? Duration.minutes(15);
     const failureThreshold = props.failureThreshold ?? 3;
+    const kubeApiQps = props.kubeApiQps ?? 50;
+    const kubeApiBurst = props.kubeApiBurst ?? 100;
     validateProps(this.namespace, replicas, leaderElection, metricsPort, probePort, jobTtl);
     const installerEnv = Object.entries(props.installerEnv ?? {});
     for (const [name, value] of installerEnv) {
@@ -211,8 +224,9 @@ export class RuntimeClassManager extends Construct {
     for (const [field, value] of [
       ['leaseDuration', wholeSeconds(leaseDuration)], ['resyncPeriod', wholeSeconds(resyncPeriod)], ['workers', workers],
       ['retryBackoff', wholeSeconds(retryBackoff)], ['maxRetryBackoff', wholeSeconds(maxRetryBackoff)], ['failureThreshold', failureThreshold],
+      ['kubeApiQps', kubeApiQps], ['kubeApiBurst', kubeApiBurst],
     ] as const) {
-      const unit = field === 'workers' || field === 'failureThreshold' ? '' : ' of seconds';
+      const unit = ['workers', 'failureThreshold', 'kubeApiQps', 'kubeApiBurst'].includes(field) ? '' : ' of seconds';
       if (!Number.isInteger(value) || value < 1) throw new Error(`${field}: must be a whole number >= 1${unit}, got ${value}`);
     }
     if (wholeSeconds(maxRetryBackoff) < wholeSeconds(retryBackoff)) {
@@ -294,6 +308,8 @@ export class RuntimeClassManager extends Construct {
       `--retry-base-seconds=${retryBackoff.toSeconds()}`,
       `--retry-max-seconds=${maxRetryBackoff.toSeconds()}`,
       `--failure-threshold=${failureThreshold}`,
+      `--kube-api-qps=${kubeApiQps}`,
+      `--kube-api-burst=${kubeApiBurst}`,
       ...installerEnv.map(([name, value]) => `--installer-env=${name}=${value}`),
     ];
     this.deployment = new ApiObject(this, 'Deployment', {
@@ -377,7 +393,8 @@ const CLUSTER_RULES = [
   { apiGroups: ['', 'events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
 ];
 const NAMESPACE_RULES = [
-  { apiGroups: ['batch'], resources: ['jobs'], verbs: ['get', 'list', 'watch', 'create', 'delete'] },
+  // deletecollection: succeeded Jobs go in one request per pass, not one per node.
+  { apiGroups: ['batch'], resources: ['jobs'], verbs: ['get', 'list', 'watch', 'create', 'delete', 'deletecollection'] },
   { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
   { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'list', 'watch', 'create', 'update'] },
 ];

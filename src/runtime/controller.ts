@@ -1,13 +1,14 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
-import { KubernetesObject, makeInformer } from '@kubernetes/client-node';
-import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, MANAGED_BY } from './jobs';
+import { Handlers, Informer } from './informer';
+import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
 import { isConflictOrExists, Kube, unlessNotFound } from './kube';
 import { Metrics } from './metrics';
 import { FINALIZER, plan } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
+import { nodeChangeAffects, slimJob, slimNode, slimPod, slimRuntimeClass, slimShim } from './slim';
 import { Action, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
 import { Logger } from '../installer/log';
 
@@ -15,22 +16,23 @@ export const FIELD_MANAGER = 'rcm-controller';
 const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
 const EVENTS_NAMESPACE = 'default';
 
-type Cache<T> = { list(): T[]; get(name: string, namespace?: string): T | undefined };
-
 export interface ControllerSettings extends JobSettings {
   readonly workers: number;
   readonly resyncSeconds: number;
   readonly retry: RetryPolicy;
 }
 
+/** At most one reconcile of a Shim per second: events in between are handled by the next one. */
+const MIN_RECONCILE_INTERVAL_MS = 1000;
+
 export class Controller {
-  readonly queue = new WorkQueue();
-  private shims!: Cache<ShimObject>;
-  private nodes!: Cache<any>;
-  private jobs!: Cache<any>;
-  private pods!: Cache<any>;
-  private runtimeClasses!: Cache<any>;
-  private readonly informers: { stop(): Promise<void> }[] = [];
+  readonly queue = new WorkQueue(200, 60_000, MIN_RECONCILE_INTERVAL_MS);
+  private shims!: Informer<ShimObject>;
+  private nodes!: Informer<NodeView>;
+  private jobs!: Informer<any>;
+  private pods!: Informer<any>;
+  private runtimeClasses!: Informer<any>;
+  private readonly informers: Informer<unknown>[] = [];
   private resync?: NodeJS.Timeout;
   /**
    * Jobs this controller deleted that the (separately watched) cache may still show: a node
@@ -54,17 +56,26 @@ export class Controller {
       const shim = o?.metadata?.annotations?.[ANNOTATION_SHIM];
       if (shim) this.queue.add(shim);
     };
-    this.shims = await this.watch<ShimObject>(SHIMS, s => this.queue.add(s.metadata.name));
-    this.nodes = await this.watch('/api/v1/nodes', enqueueAll);
+    const onNode = (before?: NodeView, after?: NodeView) => {
+      for (const shim of this.shims.list()) if (nodeChangeAffects(shim, before, after)) this.queue.add(shim.metadata.name);
+    };
+    this.shims = await this.inform(SHIMS, slimShim, { add: s => this.queue.add(s.metadata.name), update: (_, s) => this.queue.add(s.metadata.name) });
+    this.nodes = await this.inform<NodeView>('/api/v1/nodes', slimNode, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
     // A Job's delete event ends its tombstone; so does the add of a new Job of that name (the
     // delete event may have come before the tombstone was written).
-    this.jobs = await this.watch(`/apis/batch/v1/namespaces/${ns}/jobs`, byAnnotation, managed,
-      job => this.deletedJobs.delete(job.metadata?.name));
-    this.pods = await this.watch(`/api/v1/namespaces/${ns}/pods`, byAnnotation, managed);
-    this.runtimeClasses = await this.watch('/apis/node.k8s.io/v1/runtimeclasses', rc => {
-      for (const o of rc.metadata?.ownerReferences ?? []) if (o.kind === 'Shim') this.queue.add(o.name);
-      // A Shim waiting for this name (a conflict that went away, or one to adopt).
-      for (const s of this.shims.list()) if (s.spec?.runtimeClass?.name === rc.metadata?.name) this.queue.add(s.metadata.name);
+    const forget = (job: any) => this.deletedJobs.delete(job.metadata?.name);
+    this.jobs = await this.inform(`/apis/batch/v1/namespaces/${ns}/jobs`, slimJob, {
+      add: j => { forget(j); byAnnotation(j); }, update: (_, j) => byAnnotation(j), delete: j => { forget(j); byAnnotation(j); },
+    }, managed);
+    // A pod matters when it starts or ends, not on every status write.
+    this.pods = await this.inform(`/api/v1/namespaces/${ns}/pods`, slimPod, {
+      update: (before, after) => {
+        const ended = (pod: any) => pod.status.containerStatuses !== undefined;
+        if (before.status.startTime !== after.status.startTime || ended(before) !== ended(after)) byAnnotation(after);
+      },
+    }, managed);
+    this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', slimRuntimeClass, {
+      add: rc => this.onRuntimeClass(rc), update: (_, rc) => this.onRuntimeClass(rc), delete: rc => this.onRuntimeClass(rc),
     });
     this.synced = true;
     enqueueAll();
@@ -73,43 +84,33 @@ export class Controller {
     for (let i = 0; i < this.settings.workers; i++) void this.work();
   }
 
+  private onRuntimeClass(rc: any): void {
+    for (const o of rc.metadata?.ownerReferences ?? []) if (o.kind === 'Shim') this.queue.add(o.name);
+    // A Shim waiting for this name (a conflict that went away, or one to adopt).
+    for (const s of this.shims.list()) if (s.spec?.runtimeClass?.name === rc.metadata?.name) this.queue.add(s.metadata.name);
+  }
+
   async stop(): Promise<void> {
     if (this.resync) clearInterval(this.resync);
     this.queue.stop();
-    await Promise.all(this.informers.map(i => i.stop().catch(() => undefined)));
+    for (const informer of this.informers) informer.stop();
   }
 
   /**
-   * An informer whose cache is trusted only after a LIST succeeded: client-node's start()
-   * also resolves after a failed LIST, and an empty node cache would let a Shim being
-   * deleted go while its shim stays on every node (I5).
+   * A cache that is trusted only after a LIST succeeded: an empty node cache would let a
+   * Shim being deleted go while its shim stays on every node (I5). A refused LIST (RBAC, a
+   * timeout, a 5xx) is retried; the controller is not ready meanwhile.
    */
-  private async watch<T>(path: string, onChange: (o: any) => void, labelSelector?: string, onAddOrDelete?: (o: any) => void): Promise<Cache<T>> {
-    let listed!: () => void;
-    const synced = new Promise<void>(resolve => (listed = resolve));
-    const list = async () => {
-      const result = await this.kube.get(`${path}${labelSelector ? `?labelSelector=${encodeURIComponent(labelSelector)}` : ''}`);
-      listed();
-      return result;
-    };
-    const informer = makeInformer<KubernetesObject>(this.kube.config, path, list as any, labelSelector);
-    for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, onChange);
-    if (onAddOrDelete) {
-      informer.on('delete', onAddOrDelete);
-      informer.on('add', onAddOrDelete);
-    }
-    informer.on('error', (err: any) => {
-      // A LIST refused or a watch that expired or broke: list again after a pause (the cache
-      // stays usable once it has synced).
-      this.log.warn('watch failed, restarting', { path, error: String(err?.message ?? err) });
-      setTimeout(() => informer.start().catch(e => this.log.error('restarting a watch failed', { path, error: String(e) })), 2000);
-    });
+  private async inform<T>(path: string, transform: (raw: any) => T, handlers: Handlers<T>, labelSelector?: string): Promise<Informer<T>> {
+    const informer = new Informer<T>(this.kube, {
+      path,
+      labelSelector,
+      transform,
+      onError: e => this.log.warn('watch failed, restarting', { path, error: String((e as Error)?.message ?? e) }),
+    }, handlers);
     this.informers.push(informer);
     await informer.start();
-    await synced;
-    // The informer fills its cache right after our LIST returns: let it.
-    await new Promise(resolve => setImmediate(resolve));
-    return informer as unknown as Cache<T>;
+    return informer;
   }
 
   private async work(): Promise<void> {
@@ -129,17 +130,6 @@ export class Controller {
         this.queue.done(key);
       }
     }
-  }
-
-  private nodeViews(): NodeView[] {
-    return this.nodes.list().map(n => ({
-      name: n.metadata.name,
-      labels: n.metadata.labels ?? {},
-      annotations: n.metadata.annotations ?? {},
-      ready: (n.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True'),
-      schedulable: !n.spec?.unschedulable,
-      bootID: n.status?.nodeInfo?.bootID || undefined,
-    }));
   }
 
   /** Every installer Job with its own pods (matched by the Job's uid, not its reusable name). */
@@ -179,7 +169,7 @@ export class Controller {
     if (!shim) return; // gone: its finalizer was released already
     const result = plan({
       shim,
-      nodes: this.nodeViews(),
+      nodes: this.nodes.list(),
       jobs: this.jobViews(),
       otherShims: this.shims.list().filter(s => s.metadata.name !== name),
       runtimeClasses: this.runtimeClassViews(shim),
@@ -227,6 +217,14 @@ export class Controller {
         if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) this.deletedJobs.add(action.name);
         return;
       }
+      case 'deleteSucceededJobs': {
+        const uid = shim.metadata.uid;
+        const succeeded = this.jobs.list().filter(j => j.metadata.labels?.[LABEL_SHIM_UID] === uid && (j.status?.succeeded ?? 0) > 0);
+        const selector = `labelSelector=${encodeURIComponent(`${LABEL_SHIM_UID}=${uid}`)}&fieldSelector=${encodeURIComponent('status.successful=1')}`;
+        await this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs?${selector}`, { propagationPolicy: 'Background' });
+        for (const job of succeeded) this.deletedJobs.add(job.metadata.name);
+        return;
+      }
       case 'writeNode':
         // A node that is gone has nothing left to record.
         await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${action.node}`, { metadata: { labels: action.labels, annotations: action.annotations } }));
@@ -245,14 +243,14 @@ export class Controller {
         await unlessNotFound(this.kube.delete(rcPath(action.name)));
         return;
       case 'event':
-        if (action.reason === 'Installed') this.metrics.installs.inc({ outcome: 'success' });
-        if (action.reason === 'InstallFailed') this.metrics.installs.inc({ outcome: 'failure' });
-        await this.event(shim, action.type, action.reason, action.message);
+        if (action.reason === 'Installed') this.metrics.installs.inc({ outcome: 'success' }, action.count ?? 1);
+        if (action.reason === 'InstallFailed') this.metrics.installs.inc({ outcome: 'failure' }, action.count ?? 1);
+        await this.event(shim, action.type, action.reason, action.message, action.count);
         return;
     }
   }
 
-  private async event(shim: ShimObject, type: string, reason: string, message: string): Promise<void> {
+  private async event(shim: ShimObject, type: string, reason: string, message: string, count = 1): Promise<void> {
     const now = new Date().toISOString();
     try {
       await this.kube.create(`/api/v1/namespaces/${EVENTS_NAMESPACE}/events`, {
@@ -265,7 +263,7 @@ export class Controller {
         message: message.slice(0, 1024),
         firstTimestamp: now,
         lastTimestamp: now,
-        count: 1,
+        count,
         source: { component: 'rcm-controller' },
         reportingComponent: 'rcm-controller',
       });

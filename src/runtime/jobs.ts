@@ -125,7 +125,10 @@ export function jobView(job: any, pods: any[]): JobView | undefined {
     .filter(Boolean)
     .sort((x: any, y: any) => String(x.finishedAt ?? '').localeCompare(String(y.finishedAt ?? '')));
   const last = terminated[terminated.length - 1];
-  const phase = succeeded ? 'succeeded' : failedCondition ? 'failed' : 'running';
+  // The Job and its pod are watched apart: a failure is judged once the pod's result (the
+  // installer's reason) has arrived too, unless there is no pod to wait for.
+  const resultPending = failedCondition && !last && pods.length > 0;
+  const phase = succeeded ? 'succeeded' : failedCondition && !resultPending ? 'failed' : 'running';
   return {
     name: job.metadata.name,
     shimUid,

@@ -2,7 +2,7 @@ import * as http from 'http';
 import * as os from 'os';
 import { KubeConfig } from '@kubernetes/client-node';
 import { Controller } from './controller';
-import { Kube } from './kube';
+import { Kube, TokenBucket } from './kube';
 import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
 import { installerEnvNameProblem } from '../constructs/validation';
@@ -32,6 +32,8 @@ const FLAGS: Flag[] = [
   { name: 'retry-base-seconds', arg: 'N', help: 'delay before retrying a node whose install or uninstall failed; doubled after each failure', default: '30' },
   { name: 'retry-max-seconds', arg: 'N', help: 'longest delay between two attempts on a node', default: '900' },
   { name: 'failure-threshold', arg: 'N', help: 'failed attempts after which a node counts as failed (Degraded; the rollout stops)', default: '3' },
+  { name: 'kube-api-qps', arg: 'N', help: 'requests per second to the API server, sustained (client-side rate limit; leader election is not limited)', default: '50' },
+  { name: 'kube-api-burst', arg: 'N', help: 'requests to the API server in a burst', default: '100' },
   { name: 'workers', arg: 'N', help: 'Shims reconciled in parallel', default: '4' },
   { name: 'resync-seconds', arg: 'N', help: 'period of the full resync', default: '30' },
   { name: 'help', help: 'show this help' },
@@ -58,7 +60,8 @@ function parseArgs(argv: string[]): Flags | 'help' {
     const value = parsed.single[f.name] ?? f.default;
     if (value !== undefined) values[f.name] = value;
   }
-  for (const n of ['lease-duration-seconds', 'job-ttl-seconds', 'workers', 'resync-seconds', 'retry-base-seconds', 'retry-max-seconds', 'failure-threshold']) {
+  for (const n of ['lease-duration-seconds', 'job-ttl-seconds', 'workers', 'resync-seconds', 'retry-base-seconds', 'retry-max-seconds', 'failure-threshold',
+    'kube-api-qps', 'kube-api-burst']) {
     wholeNumber(values[n], n, 1);
   }
   if (!['systemd', 'command', 'none'].includes(values['default-restart-mode'])) throw new Error(`--default-restart-mode: "${values['default-restart-mode']}" is not systemd, command or none`);
@@ -94,7 +97,10 @@ async function main(): Promise<void> {
   if (flags.kubeconfig) config.loadFromFile(flags.kubeconfig);
   else config.loadFromCluster();
   const metrics = new Metrics();
-  const kube = new Kube(config, verb => metrics.apiWrites.inc({ verb }));
+  const countWrite = (verb: string) => metrics.apiWrites.inc({ verb });
+  const kube = new Kube(config, countWrite, new TokenBucket(Number(flags['kube-api-qps']), Number(flags['kube-api-burst'])));
+  // The Lease has a client of its own: a backlog of rollout writes must not delay its renewal.
+  const leaseKube = new Kube(config, countWrite);
   const controller = new Controller(kube, {
     namespace: flags.namespace,
     image: flags['installer-image'],
@@ -131,7 +137,7 @@ async function main(): Promise<void> {
 
   let leading = false;
   const elector = flags['leader-elect'] === 'true'
-    ? new LeaderElector(kube, { namespace: flags.namespace, name: 'rcm-controller', identity: flags.identity, durationSeconds: Number(flags['lease-duration-seconds']) }, log)
+    ? new LeaderElector(leaseKube, { namespace: flags.namespace, name: 'rcm-controller', identity: flags.identity, durationSeconds: Number(flags['lease-duration-seconds']) }, log)
     : undefined;
   let stopping = false;
   const shutdown = async (code: number) => {

@@ -238,6 +238,8 @@ export function plan(input: PlanInput): Plan {
   const candidates: Candidate[] = [];
   let traced = 0;
   let requeueAt: number | undefined;
+  let deleteSucceeded = false;
+  const results: Result[] = [];
   const nowMs = Date.parse(now);
   const nodeNames = new Set(input.nodes.map(n => n.name));
 
@@ -250,7 +252,7 @@ export function plan(input: PlanInput): Plan {
     const finished = jobs.filter(j => j.phase !== 'running');
     const before = readRecord(node, keys);
     let record = fold(before, finished, { bootID: node.bootID, retryToken, now });
-    actions.push(...resultEvents(node.name, finished, before.failure));
+    results.push(...newResults(node, finished, before));
 
     const step = running.length > 0 ? undefined : nextStep(record, serving, desired, node.bootID);
     const failure = record.failure;
@@ -260,14 +262,19 @@ export function plan(input: PlanInput): Plan {
     if (failure && !relevant && running.length === 0 && (step !== undefined || desired !== undefined || !serving)) {
       record = { installed: record.installed };
     }
-    const patch = nodePatch(node, renderRecord(record, keys, { serving, bootID: node.bootID, failureThreshold: policy.failureThreshold }));
+    // A handler being removed gives no gate, even if the node is selected again meanwhile.
+    const draining = running.some(j => j.operation === 'uninstall' && j.handler === record.installed[0]?.handler);
+    const rendered = renderRecord(record, keys, { serving: serving && !draining, bootID: node.bootID, failureThreshold: policy.failureThreshold });
+    const patch = nodePatch(node, rendered);
     if (patch) actions.push({ kind: 'writeNode', node: node.name, ...patch });
 
     // Finished Jobs are removed once recorded (I8: the TTL controller is not relied on). The
     // last failed one stays for inspection until it is superseded or no longer relevant.
     const keep = (j: JobView) => j.phase === 'failed' && record.failure !== undefined && isFailureOf(record.failure, j);
     const kept = finished.filter(keep);
-    for (const job of finished.filter(j => !keep(j))) actions.push({ kind: 'deleteJob', name: job.name });
+    for (const job of finished.filter(j => j.phase === 'failed' && !keep(j))) actions.push({ kind: 'deleteJob', name: job.name });
+    // Succeeded Jobs go in one request per pass, after the records that hold their results.
+    if (finished.some(j => j.phase === 'succeeded')) deleteSucceeded = true;
 
     if (record.installed.length > 0 || running.length > 0) traced++;
     const top = record.installed[0];
@@ -311,6 +318,9 @@ export function plan(input: PlanInput): Plan {
     }
     candidates.push({ node, step, attempt, retry: relevant, supersedes: kept });
   }
+
+  if (deleteSucceeded) actions.push({ kind: 'deleteSucceededJobs' });
+  actions.push(...aggregateEvents(results));
 
   // Jobs on nodes that are gone: nothing to record; a running one is left to end by itself.
   for (const [nodeName, jobs] of own) {
@@ -389,25 +399,44 @@ function invalidEvent(previous: ShimStatus | undefined, invalid: string): Action
   return known ? [] : [{ kind: 'event', type: 'Warning', reason: 'InvalidShim', message: invalid }];
 }
 
-/** One event per finished Job seen for the first time. */
-function resultEvents(node: string, finished: JobView[], recorded: FailureRecord | undefined): Action[] {
-  const events: Action[] = [];
-  for (const job of finished) {
-    if (job.phase === 'succeeded') {
-      events.push(job.operation === 'install'
-        ? { kind: 'event', type: 'Normal', reason: 'Installed', message: `installed ${job.handler} on node ${node} (revision ${job.revision})` }
-        : { kind: 'event', type: 'Normal', reason: 'Uninstalled', message: `removed ${job.handler} from node ${node}` });
-    } else if (!(recorded && isFailureOf(recorded, job))) {
-      const reason = job.operation === 'install' ? 'InstallFailed' : 'UninstallFailed';
-      events.push({
-        kind: 'event',
-        type: 'Warning',
-        reason,
-        message: `node ${node}: attempt ${job.attempt}: ${job.result?.reason ?? reason}: ${job.result?.message ?? 'the installer Job failed without a result'}`,
-      });
-    }
+/** A finished Job whose result this pass records for the first time. */
+interface Result {
+  readonly node: string;
+  readonly job: JobView;
+}
+
+function newResults(node: NodeView, finished: JobView[], before: NodeRecord): Result[] {
+  return finished.filter(job => {
+    if (job.phase === 'failed') return !(before.failure && isFailureOf(before.failure, job));
+    const had = before.installed.find(e => e.handler === job.handler);
+    if (job.operation === 'uninstall') return had !== undefined;
+    return !(had && had.revision === job.revision && (!node.bootID || had.bootID === node.bootID));
+  }).map(job => ({ node: node.name, job }));
+}
+
+/**
+ * One Event per kind of result and pass, not one per node: a rollout over thousands of
+ * nodes would otherwise write as many Events as it installs. Each names its nodes (a few of
+ * them) and carries their number as its count.
+ */
+function aggregateEvents(results: Result[]): Action[] {
+  const groups = new Map<string, { type: 'Normal' | 'Warning'; reason: string; what: string; nodes: string[] }>();
+  for (const { node, job } of results) {
+    const failed = job.phase === 'failed';
+    const reason = job.operation === 'install' ? (failed ? 'InstallFailed' : 'Installed') : (failed ? 'UninstallFailed' : 'Uninstalled');
+    const what = failed
+      ? `${job.result?.reason ?? reason}: ${job.result?.message ?? 'the installer Job failed without a result'}`
+      : job.operation === 'install' ? `installed ${job.handler} (revision ${job.revision})` : `removed ${job.handler}`;
+    const key = `${reason}\n${what}`;
+    const group = groups.get(key) ?? { type: failed ? 'Warning' : 'Normal', reason, what, nodes: [] };
+    group.nodes.push(failed ? `${node} (attempt ${job.attempt})` : node);
+    groups.set(key, group);
   }
-  return events;
+  return [...groups.values()].map(g => {
+    const shown = g.nodes.slice(0, 5).join(', ') + (g.nodes.length > 5 ? ` and ${g.nodes.length - 5} more` : '');
+    const where = g.nodes.length === 1 ? `node ${shown}` : `${g.nodes.length} nodes: ${shown}`;
+    return { kind: 'event' as const, type: g.type, reason: g.reason, message: g.type === 'Warning' ? `${where}: ${g.what}` : `${g.what} on ${where}`, count: g.nodes.length };
+  });
 }
 
 function emptyTally(revision: string, t: { invalid?: string; deleting: boolean; nodes?: number }): Tally {

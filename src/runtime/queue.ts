@@ -8,11 +8,19 @@ export class WorkQueue {
   /** Keys added while being processed: queued again when their worker finishes. */
   private readonly dirty = new Set<string>();
   private readonly failures = new Map<string, number>();
+  /** When each key's last reconcile ended: events for it within `minIntervalMs` are batched. */
+  private readonly finished = new Map<string, number>();
+  private readonly deferred = new Set<string>();
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly sleepers: (() => void)[] = [];
   private stopped = false;
 
-  constructor(private readonly baseDelayMs = 200, private readonly maxDelayMs = 60_000) {}
+  /**
+   * @param minIntervalMs the least time between two reconciles of one key: a rollout over
+   *   thousands of nodes raises an event per Job, pod and node write, and one pass per
+   *   interval handles them all (the status is then written at most that often too)
+   */
+  constructor(private readonly baseDelayMs = 200, private readonly maxDelayMs = 60_000, private readonly minIntervalMs = 0) {}
 
   get depth(): number {
     return this.waiting.size;
@@ -24,15 +32,22 @@ export class WorkQueue {
       this.dirty.add(key);
       return;
     }
-    if (this.waiting.has(key)) return;
+    if (this.waiting.has(key) || this.deferred.has(key)) return;
+    const wait = (this.finished.get(key) ?? -Infinity) + this.minIntervalMs - Date.now();
+    if (wait > 0) {
+      this.deferred.add(key);
+      this.addAfter(key, wait, () => this.deferred.delete(key));
+      return;
+    }
     this.waiting.add(key);
     this.order.push(key);
     this.sleepers.shift()?.();
   }
 
-  addAfter(key: string, delayMs: number): void {
+  addAfter(key: string, delayMs: number, before?: () => void): void {
     const timer = setTimeout(() => {
       this.timers.delete(timer);
+      before?.();
       this.add(key);
     }, delayMs);
     this.timers.add(timer);
@@ -67,6 +82,7 @@ export class WorkQueue {
 
   done(key: string): void {
     this.active.delete(key);
+    this.finished.set(key, Date.now());
     if (this.dirty.delete(key)) this.add(key);
   }
 

@@ -166,12 +166,15 @@ export type Action =
   | { kind: 'removeFinalizer' }
   | { kind: 'createJob'; job: JobRequest }
   | { kind: 'deleteJob'; name: string }
+  /** Every succeeded Job of the Shim, in one request (their results are recorded on the nodes by then). */
+  | { kind: 'deleteSucceededJobs' }
   /** A merge patch of the node's labels and annotations (null removes). */
   | { kind: 'writeNode'; node: string; labels: Record<string, string | null>; annotations: Record<string, string | null> }
   /** Server-side apply; `replace` deletes first (the handler is immutable); `dropSelectorKeys` are other managers' keys. */
   | { kind: 'applyRuntimeClass'; object: RuntimeClassObject; replace: boolean; dropSelectorKeys: string[] }
   | { kind: 'deleteRuntimeClass'; name: string }
-  | { kind: 'event'; type: 'Normal' | 'Warning'; reason: string; message: string };
+  /** `count`: how many nodes the event stands for (one Event per kind of result and pass). */
+  | { kind: 'event'; type: 'Normal' | 'Warning'; reason: string; message: string; count?: number };
 
 export interface Plan {
   readonly actions: Action[];

@@ -43,6 +43,8 @@ describe('RuntimeClassManager', () => {
       '--retry-base-seconds=30',
       '--retry-max-seconds=900',
       '--failure-threshold=3',
+      '--kube-api-qps=50',
+      '--kube-api-burst=100',
     ]);
   });
 
@@ -101,6 +103,8 @@ describe('RuntimeClassManager', () => {
       retryBackoff: Duration.seconds(5),
       maxRetryBackoff: Duration.minutes(10),
       failureThreshold: 5,
+      kubeApiQps: 200,
+      kubeApiBurst: 400,
       installerEnv: { HTTPS_PROXY: 'http://proxy.internal:3128', RCM_CONFIG: '/etc/containerd/custom.toml' },
     });
     const container = deployment.spec.template.spec.containers[0];
@@ -124,6 +128,8 @@ describe('RuntimeClassManager', () => {
       '--retry-base-seconds=5',
       '--retry-max-seconds=600',
       '--failure-threshold=5',
+      '--kube-api-qps=200',
+      '--kube-api-burst=400',
       '--installer-env=HTTPS_PROXY=http://proxy.internal:3128',
       '--installer-env=RCM_CONFIG=/etc/containerd/custom.toml',
     ]);
@@ -158,6 +164,7 @@ describe('RuntimeClassManager', () => {
       [{ metricsPort: 9000, probePort: 9000 }, /^probePort: must differ from metricsPort/],
       [{ workers: 0 }, /^workers: must be a whole number >= 1, got 0/],
       [{ leaseDuration: Duration.millis(500) }, /^leaseDuration: must be a whole number >= 1 of seconds, got 0.5/],
+      [{ kubeApiQps: 0.5 }, /^kubeApiQps: must be a whole number >= 1, got 0.5/],
       [{ failureThreshold: 0 }, /^failureThreshold: must be a whole number >= 1, got 0/],
       [{ retryBackoff: Duration.millis(1500) }, /^retryBackoff: must be a whole number >= 1 of seconds, got 1.5/],
       [{ retryBackoff: Duration.minutes(5), maxRetryBackoff: Duration.minutes(1) }, /^maxRetryBackoff: must not be shorter than retryBackoff \(300 seconds\), got 60 seconds/],

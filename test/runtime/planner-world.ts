@@ -86,6 +86,7 @@ export class World {
         break;
       }
       case 'deleteJob': this.jobs = this.jobs.filter(j => j.name !== action.name); break;
+      case 'deleteSucceededJobs': this.jobs = this.jobs.filter(j => !(j.shimUid === shim.metadata.uid && j.phase === 'succeeded')); break;
       case 'writeNode': {
         const n = this.nodes.get(action.node)!;
         for (const [k, v] of Object.entries(action.labels)) if (v === null) delete n.labels[k]; else n.labels[k] = v;

@@ -97,7 +97,7 @@ describe('selection and the record', () => {
     expect(write.labels).toEqual({ [KEYS.handler]: 'spin', [KEYS.state]: 'provisioned' });
     expect(JSON.parse(write.annotations[KEYS.installed]!)).toEqual([{ handler: 'spin', revision: rev(s), sha256: 'a'.repeat(64), bootID: 'b1' }]);
     // the record first, then the Job goes
-    expect(actions.map(a => a.kind).filter(k => k === 'writeNode' || k === 'deleteJob')).toEqual(['writeNode', 'deleteJob']);
+    expect(actions.map(a => a.kind).filter(k => k === 'writeNode' || k === 'deleteSucceededJobs')).toEqual(['writeNode', 'deleteSucceededJobs']);
     expect(status.nodesReady).toBe(1);
   });
 
@@ -237,6 +237,21 @@ describe('I3: one operation per node and handler', () => {
     expect(created(run({ shim: s, nodes: [back], jobs: [job('a', s, 'running', 'uninstall')] }).actions)).toEqual([]);
   });
 
+  test('item 4: a node selected again while its uninstall runs gets no gate label until it has the handler again', () => {
+    // (found by the integration test's kubelet stand-in)
+    const { w, s } = world(['a'], { nodeSelector: { wasm: 'true' } });
+    w.nodes.get('a')!.labels.wasm = 'true';
+    settle(w);
+    delete w.nodes.get('a')!.labels.wasm;
+    expect(created(w.step('spin').actions)).toEqual(['a:uninstall:spin']);
+    w.nodes.get('a')!.labels.wasm = 'true';
+    w.step('spin'); // while the uninstall runs
+    w.finish(); // check(): the RuntimeClass must not select a node whose handler just went
+    settle(w);
+    expect([...w.hosts.get('a')!]).toEqual(['spin']);
+    expect(s.status).toMatchObject({ nodesReady: 1 });
+  });
+
   test('item 4: deleting during a pending install waits for it, then uninstalls', () => {
     const s = shim({}, { deletionTimestamp: NOW });
     const waiting = run({ shim: s, nodes: [node('a')], jobs: [job('a', s, 'running')] });
@@ -304,7 +319,7 @@ describe('I5: nothing is released before it is done', () => {
     const s = shim();
     const rc = { name: 'spin', handler: 'spin', annotations: {}, shimOwners: ['u1'], foreignOwner: false };
     const { actions } = run({ shim: deleting(s), nodes: [installed('a', s)], jobs: [job('a', s, 'succeeded', 'uninstall')], runtimeClasses: [rc] });
-    expect(actions.filter(a => a.kind !== 'event').map(a => a.kind)).toEqual(['writeNode', 'deleteJob', 'deleteRuntimeClass', 'removeFinalizer']);
+    expect(actions.filter(a => a.kind !== 'event').map(a => a.kind)).toEqual(['writeNode', 'deleteSucceededJobs', 'deleteRuntimeClass', 'removeFinalizer']);
     expect(kinds(actions, 'writeNode')[0]).toMatchObject({ labels: { [KEYS.handler]: null, [KEYS.state]: null }, annotations: { [KEYS.installed]: null } });
   });
 
@@ -557,6 +572,22 @@ describe('per-platform artifacts and validity', () => {
 });
 
 describe('bookkeeping', () => {
+  test('results are reported as one Event per kind and pass, counting the nodes', () => {
+    const s = shim();
+    const nodes = ['a', 'b', 'c', 'd', 'e', 'f', 'g'].map(n => node(n));
+    const jobs = nodes.map(n => job(n.name, s, n.name === 'g' ? 'failed' : 'succeeded', 'install', n.name === 'g' ? { result: { reason: 'X', message: 'y' } } : {}));
+    const events = kinds(run({ shim: s, nodes, jobs }).actions, 'event');
+    expect(events).toEqual([
+      { kind: 'event', type: 'Normal', reason: 'Installed', message: `installed spin (revision ${rev(s)}) on 6 nodes: a, b, c, d, e and 1 more`, count: 6 },
+      { kind: 'event', type: 'Warning', reason: 'InstallFailed', message: 'node g (attempt 1): X: y', count: 1 },
+    ]);
+  });
+
+  test('a success already recorded (its Job not yet gone from the cache) is not reported again', () => {
+    const s = shim();
+    expect(kinds(run({ shim: s, nodes: [installed('a', s)], jobs: [job('a', s, 'succeeded')] }).actions, 'event')).toEqual([]);
+  });
+
   test('adds its finalizer first', () => {
     expect(run({ shim: shim({}, { finalizers: [] }) }).actions[0]).toEqual({ kind: 'addFinalizer' });
   });

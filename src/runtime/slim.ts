@@ -1,0 +1,90 @@
+// What the controller's caches keep of each kind: the fields the planner and the adapter
+// read, nothing else (no managedFields, images, heartbeats or pod specs). Pure.
+import { selects } from './planner';
+import { ShimObject, NodeView } from './types';
+import { ShimNodeLabels } from '../constructs/node-labels';
+
+const OUR_ANNOTATIONS = `.${ShimNodeLabels.DOMAIN}/`;
+const INSTALLED = `${OUR_ANNOTATIONS}installed`;
+
+export function slimShim(raw: any): ShimObject {
+  const m = raw.metadata;
+  return {
+    metadata: {
+      name: m.name,
+      uid: m.uid,
+      generation: m.generation,
+      creationTimestamp: m.creationTimestamp,
+      deletionTimestamp: m.deletionTimestamp,
+      finalizers: m.finalizers,
+      resourceVersion: m.resourceVersion,
+      annotations: m.annotations,
+    },
+    spec: raw.spec,
+    status: raw.status,
+  };
+}
+
+/** A Node as the planner sees it: labels, this controller's annotations, readiness, boot ID. */
+export function slimNode(raw: any): NodeView {
+  const annotations: Record<string, string> = {};
+  for (const [k, v] of Object.entries<string>(raw.metadata.annotations ?? {})) if (k.includes(OUR_ANNOTATIONS)) annotations[k] = v;
+  return {
+    name: raw.metadata.name,
+    labels: raw.metadata.labels ?? {},
+    annotations,
+    ready: (raw.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True'),
+    schedulable: !raw.spec?.unschedulable,
+    bootID: raw.status?.nodeInfo?.bootID || undefined,
+  };
+}
+
+export function slimJob(raw: any): any {
+  const m = raw.metadata;
+  const failed = (raw.status?.conditions ?? []).filter((c: any) => c.type === 'Failed');
+  return {
+    metadata: { name: m.name, uid: m.uid, labels: m.labels, annotations: m.annotations },
+    status: { succeeded: raw.status?.succeeded, completionTime: raw.status?.completionTime, conditions: failed },
+  };
+}
+
+export function slimPod(raw: any): any {
+  const m = raw.metadata;
+  const terminated = raw.status?.containerStatuses?.[0]?.state?.terminated;
+  return {
+    metadata: { name: m.name, labels: m.labels, annotations: m.annotations },
+    status: {
+      startTime: raw.status?.startTime,
+      ...(terminated ? { containerStatuses: [{ state: { terminated: { message: terminated.message, finishedAt: terminated.finishedAt } } }] } : {}),
+    },
+  };
+}
+
+export function slimRuntimeClass(raw: any): any {
+  const { managedFields: _, ...metadata } = raw.metadata;
+  return { ...raw, metadata };
+}
+
+function changedKeys(a: Record<string, string>, b: Record<string, string>): string[] {
+  return [...new Set([...Object.keys(a), ...Object.keys(b)])].filter(k => a[k] !== b[k]);
+}
+
+/**
+ * Whether a change of a Node matters to a Shim: its selection, readiness, cordon or boot ID
+ * (where the Shim selects the node or has something on it), or the Shim's own keys. A
+ * heartbeat changes none of these, so thousands of nodes reporting do not re-run every Shim.
+ */
+export function nodeChangeAffects(shim: ShimObject, before: NodeView | undefined, after: NodeView | undefined): boolean {
+  const prefix = `${shim.metadata.name}.${ShimNodeLabels.DOMAIN}/`;
+  const ours = (n: NodeView | undefined) => n !== undefined
+    && (Object.keys(n.labels).some(k => k.startsWith(prefix)) || Object.keys(n.annotations).some(k => k.startsWith(prefix)));
+  const selected = (n: NodeView | undefined) => n !== undefined && selects(shim.spec?.nodeSelector, n.labels);
+  const involved = selected(before) || selected(after) || ours(before) || ours(after);
+  if (!before || !after) return involved;
+  if (selected(before) !== selected(after)) return true;
+  if (!involved) return false;
+  if (before.ready !== after.ready || before.schedulable !== after.schedulable || before.bootID !== after.bootID) return true;
+  // Its own keys; another Shim's record (a handler it may be waiting for); any other label.
+  const matters = (k: string) => k.startsWith(prefix) || k.endsWith(INSTALLED) || !k.includes(OUR_ANNOTATIONS);
+  return changedKeys(before.labels, after.labels).some(matters) || changedKeys(before.annotations, after.annotations).some(matters);
+}
