@@ -2,7 +2,7 @@ import { execFile } from 'child_process';
 import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
-import type { ConfigVersion } from './containerd-config';
+import { ConfigVersion, detectConfigVersion, handlerRuntimeType, importedDropInFolder } from './containerd-config';
 import { resolveInHostRoot } from './host-paths';
 import { findHostTool, hostSearchPath } from './host-tools';
 import { Distro, InstallerOptions } from './options';
@@ -79,6 +79,35 @@ export function layoutFor(options: InstallerOptions, distro: Distro, containerdM
     const file = options.config ?? config;
     return { distro: d, config: file, effectiveConfig: file, template: false, socket: options.socket ?? socket, unit };
   }
+}
+
+/**
+ * Where the main config imports a drop-in folder on containerd 2 (2.2+ write
+ * `imports = ['/etc/containerd/conf.d/*.toml']` by default; a k3s/rke2 base may import one
+ * too), the handler goes in a file of its own there and the main file (or template) stays
+ * untouched, as kata-deploy and nvidia-ctk do: containerd 2 merges imports deeply. Never on
+ * 1.x, where an imported CRI table replaces the main file's whole table. A handler already
+ * in the main file stays there. For k3s/rke2 the rendered config.toml is what is read: it
+ * shows what the base and the template import.
+ */
+export function withDropIn(options: InstallerOptions, layout: DistroLayout, major: number | undefined): DistroLayout {
+  if (layout.distro === 'k0s' || major === undefined || major < 2) return layout;
+  const mainPath = layout.template ? layout.effectiveConfig : layout.config;
+  const main = onHost(options, mainPath);
+  if (!fs.existsSync(main)) return layout;
+  let version: ConfigVersion;
+  let folder: string | undefined;
+  let text: string;
+  try {
+    text = fs.readFileSync(main, 'utf8');
+    version = detectConfigVersion(text, major);
+    folder = importedDropInFolder(text);
+  } catch {
+    return layout; // the edit of the main file reports what is wrong with it
+  }
+  if (version < 3 || folder === undefined || handlerRuntimeType(text, version, options.handler) !== undefined) return layout;
+  const dir = path.posix.resolve(path.posix.dirname(mainPath), folder);
+  return { ...layout, config: `${dir}/rcm-${options.handler}.toml`, template: false, ownFile: true, dropInVersion: version };
 }
 
 export interface CommandResult {

@@ -3,18 +3,19 @@ import * as os from 'os';
 import * as path from 'path';
 import { ShimBinary, unpackShim } from './artifact';
 import {
-  addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord, effectiveConfigProblem,
-  handlerRuntimeType, importedDropInFolder, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
+  addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
+  handlerRuntimeType, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
 import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download } from './fetch';
-import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, writeAtomically } from './host';
+import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically } from './host';
 import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { Journal, parseJournal, recoveryFor } from './journal';
 import { Logger } from './log';
 import { artifactFor, InstallerOptions } from './options';
+import { preflight } from './preflight';
 import { InstallState, parseState } from './state';
 
 export type { InstallState } from './state';
@@ -166,7 +167,7 @@ export class Installer {
     }
     this.containerdMinor = version?.minor;
     this.containerdFound = version !== undefined;
-    const layout = this.preferDropIn(layoutFor(this.o, distro, version?.major), version?.major);
+    const layout = withDropIn(this.o, layoutFor(this.o, distro, version?.major), version?.major);
     onHost(this.o, layout.config); // a config path that cannot be resolved is refused before anything is touched
     const base: InstallResult = {
       outcome: 'failed',
@@ -290,7 +291,9 @@ export class Installer {
       const options = { ...inherited, ...o.runtimeOptions };
       edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options }, defaults,
         this.owns(state)));
-      if (edited.text !== original) await this.timer.time('preflight', () => this.preflight(layout, edited.text, binary));
+      if (edited.text !== original) {
+        await this.timer.time('preflight', () => preflight({ options: o, host: this.host, log: this.log, containerdFound: this.containerdFound }, layout, edited.text, binary));
+      }
     } catch (e) {
       throw e instanceof ConfigError ? configFailed(e.message) : e;
     }
@@ -478,87 +481,6 @@ export class Installer {
       this.log.warn(`${parsed.problem}; ignoring it and going by what containerd's config shows`);
     }
     return parsed.state;
-  }
-
-  /**
-   * Where the main config imports a drop-in folder on containerd 2 (2.2+ write
-   * `imports = ['/etc/containerd/conf.d/*.toml']` by default; a k3s/rke2 base may import one
-   * too), the handler goes in a file of its own there and the main file (or template) stays
-   * untouched, as kata-deploy and nvidia-ctk do: containerd 2 merges imports deeply. Never
-   * on 1.x, where an imported CRI table replaces the main file's whole table. A handler
-   * already in the main file stays there. For k3s/rke2 the rendered config.toml is what is
-   * read: it shows what the base and the template import.
-   */
-  private preferDropIn(layout: DistroLayout, major: number | undefined): DistroLayout {
-    if (layout.distro === 'k0s' || major === undefined || major < 2) return layout;
-    const mainPath = layout.template ? layout.effectiveConfig : layout.config;
-    const main = onHost(this.o, mainPath);
-    if (!fs.existsSync(main)) return layout;
-    let version: ConfigVersion;
-    let folder: string | undefined;
-    let text: string;
-    try {
-      text = fs.readFileSync(main, 'utf8');
-      version = detectConfigVersion(text, major);
-      folder = importedDropInFolder(text);
-    } catch {
-      return layout; // the edit of the main file reports what is wrong with it
-    }
-    if (version < 3 || folder === undefined || handlerRuntimeType(text, version, this.o.handler) !== undefined) return layout;
-    const dir = path.posix.resolve(path.posix.dirname(mainPath), folder);
-    return { ...layout, config: `${dir}/rcm-${this.o.handler}.toml`, template: false, ownFile: true, dropInVersion: version };
-  }
-
-  /**
-   * Before anything is written or restarted, the host's containerd reads the candidate
-   * (`config dump`, imports merged) and must serve the handler with our binary: a config it
-   * refuses, a disabled CRI plugin (Docker's packaged config) or a handler that an imported
-   * file defines too is refused here (exit 4, host untouched) instead of after a restart.
-   * k3s/rke2 templates are rendered by k3s itself at start: for them the check after the
-   * restart remains.
-   */
-  private async preflight(layout: DistroLayout, candidate: string, binary: string): Promise<void> {
-    if (!this.containerdFound) {
-      this.log.warn('no containerd on the host to check the new config with; it is checked after the restart');
-      return;
-    }
-    if (layout.template) return;
-    if (layout.effectiveConfig !== layout.config) {
-      // A drop-in beside a main config: nothing containerd reads today may define the handler.
-      const today = await this.dumpProblem(layout.effectiveConfig, undefined);
-      if (today) throw new ConfigError(today);
-    }
-    const candidateFile = this.candidatePath(layout);
-    const onDisk = onHost(this.o, candidateFile);
-    const createdFolder = fs.mkdirSync(path.dirname(onDisk), { recursive: true });
-    // A file written by `config dump` imports itself: the candidate stands in for the config there too.
-    const selfImport = new RegExp(`(["'])${layout.config.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\1`, 'g');
-    fs.writeFileSync(onDisk, candidate.replace(selfImport, `$1${candidateFile}$1`), { mode: 0o600 });
-    try {
-      const problem = await this.dumpProblem(candidateFile, binary);
-      if (problem) throw new ConfigError(problem);
-    } finally {
-      fs.rmSync(onDisk, { force: true });
-      if (createdFolder) fs.rmSync(createdFolder, { recursive: true, force: true });
-    }
-  }
-
-  /**
-   * Where the candidate is written for containerd to read (a host path): beside the config,
-   * so that relative imports resolve as they will, except for files of our own (drop-ins in
-   * a folder a distribution watches), which import nothing and go under the install root.
-   */
-  private candidatePath(layout: DistroLayout): string {
-    const name = `.${path.posix.basename(layout.config)}.rcm-candidate-${process.pid}`;
-    const beside = path.posix.dirname(layout.config);
-    return !layout.ownFile && fs.existsSync(onHost(this.o, beside)) ? `${beside}/${name}` : `${this.o.installRoot}/preflight/${name}`;
-  }
-
-  /** What the host's containerd says against a config file (a host path), or undefined. */
-  private async dumpProblem(configFile: string, runtimeType: string | undefined): Promise<string | undefined> {
-    const dump = await hostCommand(this.host, ['containerd', '--config', configFile, 'config', 'dump'], 30_000);
-    if (dump.code !== 0) return `containerd refuses the new config: ${dump.stderr.trim().split('\n').slice(-3).join(' ').slice(0, 500)}`;
-    return effectiveConfigProblem(dump.stdout, this.o.handler, runtimeType);
   }
 
   /**
