@@ -8,6 +8,8 @@ export enum ExitCode {
   RESTART_FAILED_ROLLED_BACK = 5,
   /** containerd did not come back even with the previous config: a human must look. */
   RESTART_FAILED_NOT_ROLLED_BACK = 6,
+  /** Stopped by SIGTERM before anything on the host changed (128 + 15, as a shell reports it). */
+  TERMINATED = 143,
 }
 
 /** A failure with a reason (CamelCase, for status conditions) and an exit code. */

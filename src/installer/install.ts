@@ -58,9 +58,6 @@ async function pauseForTests(step: string): Promise<void> {
   });
 }
 
-/** Exit code of a run stopped by SIGTERM before it changed anything (128 + 15, as a shell reports it). */
-const TERMINATED_EXIT_CODE = 143;
-
 /** A k3s/rke2 template that renders exactly the distribution's own config. */
 const BASE_TEMPLATE = '{{ template "base" . }}\n';
 
@@ -142,7 +139,7 @@ export class Installer {
     const onTerm = () => {
       if (!this.hostTouched) {
         this.log.warn('SIGTERM before anything on the host changed: stopping');
-        process.exit(TERMINATED_EXIT_CODE);
+        process.exit(ExitCode.TERMINATED);
       }
       this.log.warn('SIGTERM: finishing the change in progress first');
     };

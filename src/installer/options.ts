@@ -75,7 +75,8 @@ export function helpText(): string {
     ...lines,
     '',
     'Exit codes: 0 success, 2 bad input, 3 download or verification failed, 4 containerd',
-    'config failed, 5 restart failed and rolled back, 6 restart failed and NOT rolled back.',
+    'config failed, 5 restart failed and rolled back, 6 restart failed and NOT rolled back,',
+    '143 stopped by SIGTERM before anything on the host changed.',
   ].join('\n');
 }
 
