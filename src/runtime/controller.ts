@@ -67,13 +67,13 @@ export class Controller {
     this.jobs = await this.inform(`/apis/batch/v1/namespaces/${ns}/jobs`, slimJob, {
       add: j => { forget(j); byAnnotation(j); }, update: (_, j) => byAnnotation(j), delete: j => { forget(j); byAnnotation(j); },
     }, managed);
-    // A pod matters when it starts or ends, not on every status write.
+    // A pod matters once it has started (a pending one has nothing to say) and when it ends.
     this.pods = await this.inform(`/api/v1/namespaces/${ns}/pods`, slimPod, {
       update: (before, after) => {
         const ended = (pod: any) => pod.status.containerStatuses !== undefined;
         if (before.status.startTime !== after.status.startTime || ended(before) !== ended(after)) byAnnotation(after);
       },
-    }, managed);
+    }, managed, 'status.phase!=Pending');
     this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', slimRuntimeClass, {
       add: rc => this.onRuntimeClass(rc), update: (_, rc) => this.onRuntimeClass(rc), delete: rc => this.onRuntimeClass(rc),
     });
@@ -101,10 +101,12 @@ export class Controller {
    * Shim being deleted go while its shim stays on every node (I5). A refused LIST (RBAC, a
    * timeout, a 5xx) is retried; the controller is not ready meanwhile.
    */
-  private async inform<T>(path: string, transform: (raw: any) => T, handlers: Handlers<T>, labelSelector?: string): Promise<Informer<T>> {
+  private async inform<T>(path: string, transform: (raw: any) => T, handlers: Handlers<T>,
+    labelSelector?: string, fieldSelector?: string): Promise<Informer<T>> {
     const informer = new Informer<T>(this.kube, {
       path,
       labelSelector,
+      fieldSelector,
       transform,
       onError: e => this.log.warn('watch failed, restarting', { path, error: String((e as Error)?.message ?? e) }),
     }, handlers);

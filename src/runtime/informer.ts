@@ -9,6 +9,7 @@ export interface InformerOptions<T> {
   /** Collection path, e.g. `/api/v1/nodes`. */
   readonly path: string;
   readonly labelSelector?: string;
+  readonly fieldSelector?: string;
   /** What the cache keeps of an object. */
   readonly transform: (raw: any) => T;
   /** Objects per LIST page. */
@@ -58,6 +59,7 @@ export class Informer<T> {
   private query(extra: Record<string, string>): string {
     const params = new URLSearchParams(extra);
     if (this.options.labelSelector) params.set('labelSelector', this.options.labelSelector);
+    if (this.options.fieldSelector) params.set('fieldSelector', this.options.fieldSelector);
     return `${this.options.path}?${params}`;
   }
 

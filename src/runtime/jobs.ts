@@ -139,7 +139,8 @@ export function jobView(job: any, pods: any[]): JobView | undefined {
     ...(a[ANNOTATION_SHA256] ? { sha256: a[ANNOTATION_SHA256] } : {}),
     attempt: Number(a[ANNOTATION_ATTEMPT] ?? 1) || 1,
     phase,
-    started: pods.some(p => p.status?.startTime),
+    // The controller watches pods that are past Pending: one it knows of has started.
+    started: pods.length > 0,
     ...(phase !== 'running' ? { finishedAt: job.status?.completionTime ?? last?.finishedAt ?? failedCondition?.lastTransitionTime } : {}),
     result: parseResult(last?.message ?? (failedCondition && !last ? `${failedCondition.reason}: ${failedCondition.message}` : undefined)),
   };

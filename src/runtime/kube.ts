@@ -97,7 +97,9 @@ export class Kube {
         res.on('end', () => {
           const text = Buffer.concat(chunks).toString('utf8');
           if ((res.statusCode ?? 0) >= 300) return reject(new ApiError(res.statusCode ?? 0, text, method, path));
-          resolve(text ? JSON.parse(text) : undefined);
+          // Only reads are parsed: no caller uses what a write returns (a patched Node is
+          // 14 KB of JSON, thousands of times in a rollout).
+          resolve(method === 'GET' && text ? JSON.parse(text) : undefined);
         });
       });
       req.on('timeout', () => req.destroy(new Error(`${method} ${path}: timed out`)));
