@@ -199,7 +199,11 @@ function withoutHandler(config: Record<string, any>, version: ConfigVersion, han
  * The cgroup driver the node's pods run with: `SystemdCgroup` of the default runtime
  * (`default_runtime_name`, runc when unset), else of runc, as the option to give a new
  * handler so that its pods use the same driver as every other pod (nvidia-ctk does the same).
- * Empty when the config sets neither (containerd's default, cgroupfs, applies to both).
+ * Empty when the config sets neither, or sets `false`: cgroupfs is every shim's default
+ * already, and an options table costs something. containerd 1.x hands a handler whose
+ * `runtime_type` is a path its options as `runtimeoptions.v1.Options`, which runc-based
+ * shims refuse ("type with url runtimeoptions.v1.Options: not found", seen in the
+ * end-to-end suite): writing `SystemdCgroup = false` would break them on every default node.
  */
 export function inheritedCgroupOption(text: string, version: ConfigVersion): Record<string, string> {
   const containerd = lookup(parseConfig(text), RUNTIMES_PATH[version].slice(0, -1));
@@ -207,7 +211,7 @@ export function inheritedCgroupOption(text: string, version: ConfigVersion): Rec
   const defaultName = typeof containerd?.default_runtime_name === 'string' ? containerd.default_runtime_name : 'runc';
   for (const name of [defaultName, 'runc']) {
     const value = runtimes[name]?.options?.SystemdCgroup;
-    if (typeof value === 'boolean') return { SystemdCgroup: String(value) };
+    if (typeof value === 'boolean') return value ? { SystemdCgroup: 'true' } : {};
   }
   return {};
 }
