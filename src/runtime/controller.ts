@@ -22,11 +22,13 @@ export interface ControllerSettings extends JobSettings {
   readonly retry: RetryPolicy;
 }
 
-/** At most one reconcile of a Shim per second: events in between are handled by the next one. */
-const MIN_RECONCILE_INTERVAL_MS = 1000;
-
 export class Controller {
-  readonly queue = new WorkQueue(200, 60_000, MIN_RECONCILE_INTERVAL_MS);
+  /**
+   * At most one reconcile of a Shim per second per thousand nodes (at least one second apart):
+   * a pass costs time in proportion to the fleet, and events in between are handled by the
+   * next pass anyway.
+   */
+  readonly queue = new WorkQueue(200, 60_000, () => Math.max(1000, this.nodes?.size ?? 0));
   private shims!: Informer<ShimObject>;
   private nodes!: Informer<NodeView>;
   private jobs!: Informer<any>;

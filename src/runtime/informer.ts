@@ -41,6 +41,10 @@ export class Informer<T> {
     return [...this.items.values()];
   }
 
+  get size(): number {
+    return this.items.size;
+  }
+
   get(name: string): T | undefined {
     return this.items.get(name);
   }

@@ -20,13 +20,34 @@ export function recordKeys(shimName: string): RecordKeys {
   };
 }
 
+/**
+ * Every pass reads and states the record of every node (thousands, once a second per Shim),
+ * and most records have not changed since the last pass. Parsed values are kept by their
+ * text, and texts by the value they were parsed into, so an unchanged record costs two
+ * lookups. Values are never mutated (a fold builds new ones).
+ */
+const parsed = new Map<string, unknown>();
+const texts = new WeakMap<object, string>();
+const MAX_PARSED = 50_000;
+
 function parseJson(text: string | undefined): unknown {
   if (text === undefined) return undefined;
+  const known = parsed.get(text);
+  if (known !== undefined) return known;
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch {
     return null;
   }
+  if (parsed.size >= MAX_PARSED) parsed.clear();
+  parsed.set(text, value);
+  if (value && typeof value === 'object') texts.set(value, text);
+  return value;
+}
+
+function stringify(value: object): string {
+  return texts.get(value) ?? JSON.stringify(value);
 }
 
 const isEntry = (e: any): e is InstalledEntry => e && typeof e.handler === 'string' && typeof e.revision === 'string';
@@ -120,8 +141,8 @@ export function renderRecord(record: NodeRecord, keys: RecordKeys, opts: { servi
       [keys.state]: state,
     },
     annotations: {
-      [keys.installed]: record.installed.length > 0 ? JSON.stringify(record.installed) : undefined,
-      [keys.failure]: record.failure ? JSON.stringify(record.failure) : undefined,
+      [keys.installed]: record.installed.length > 0 ? stringify(record.installed) : undefined,
+      [keys.failure]: record.failure ? stringify(record.failure) : undefined,
     },
   };
 }

@@ -20,7 +20,7 @@ export class WorkQueue {
    *   thousands of nodes raises an event per Job, pod and node write, and one pass per
    *   interval handles them all (the status is then written at most that often too)
    */
-  constructor(private readonly baseDelayMs = 200, private readonly maxDelayMs = 60_000, private readonly minIntervalMs = 0) {}
+  constructor(private readonly baseDelayMs = 200, private readonly maxDelayMs = 60_000, private readonly minIntervalMs: () => number = () => 0) {}
 
   get depth(): number {
     return this.waiting.size;
@@ -33,7 +33,7 @@ export class WorkQueue {
       return;
     }
     if (this.waiting.has(key) || this.deferred.has(key)) return;
-    const wait = (this.finished.get(key) ?? -Infinity) + this.minIntervalMs - Date.now();
+    const wait = (this.finished.get(key) ?? -Infinity) + this.minIntervalMs() - Date.now();
     if (wait > 0) {
       this.deferred.add(key);
       this.addAfter(key, wait, () => this.deferred.delete(key));

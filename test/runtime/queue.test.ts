@@ -8,7 +8,7 @@ afterEach(() => jest.useRealTimers());
 
 test('events within the minimum interval after a reconcile are batched into one more', async () => {
   // GIVEN a queue that reconciles a key at most once per second
-  const queue = new WorkQueue(200, 60_000, 1000);
+  const queue = new WorkQueue(200, 60_000, () => 1000);
   queue.add('spin');
   expect(await queue.next()).toBe('spin');
   queue.done('spin');
@@ -28,7 +28,7 @@ test('events within the minimum interval after a reconcile are batched into one 
 });
 
 test('other keys are not held back by one key\'s interval', async () => {
-  const queue = new WorkQueue(200, 60_000, 1000);
+  const queue = new WorkQueue(200, 60_000, () => 1000);
   queue.add('a');
   expect(await queue.next()).toBe('a');
   queue.done('a');
