@@ -2,7 +2,7 @@
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
 import { Handlers, Informer } from './informer';
-import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
+import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
 import { isConflictOrExists, Kube, unlessNotFound } from './kube';
 import { Metrics } from './metrics';
 import { FINALIZER, plan } from './planner';
@@ -223,8 +223,11 @@ export class Controller {
       }
       case 'deleteSucceededJobs': {
         const uid = shim.metadata.uid;
-        const succeeded = this.jobs.list().filter(j => j.metadata.labels?.[LABEL_SHIM_UID] === uid && (j.status?.succeeded ?? 0) > 0);
-        const selector = `labelSelector=${encodeURIComponent(`${LABEL_SHIM_UID}=${uid}`)}&fieldSelector=${encodeURIComponent('status.successful=1')}`;
+        const batches = new Set(action.batches);
+        const succeeded = this.jobs.list().filter(j => j.metadata.labels?.[LABEL_SHIM_UID] === uid && batches.has(j.metadata.labels?.[LABEL_BATCH])
+          && (j.status?.succeeded ?? 0) > 0);
+        const labels = `${LABEL_SHIM_UID}=${uid},${LABEL_BATCH} in (${action.batches.join(',')})`;
+        const selector = `labelSelector=${encodeURIComponent(labels)}&fieldSelector=${encodeURIComponent('status.successful=1')}`;
         await this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs?${selector}`, { propagationPolicy: 'Background' });
         for (const job of succeeded) this.deletedJobs.add(job.metadata.name);
         return;

@@ -7,6 +7,7 @@ import { JobRequest, JobView, ShimObject } from './types';
 export const MANAGED_BY = 'rcm-controller';
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_SHIM_UID = 'runtime.spinkube.dev/shim-uid';
+export const LABEL_BATCH = 'runtime.spinkube.dev/batch';
 export const ANNOTATION_SHIM = 'runtime.spinkube.dev/shim';
 export const ANNOTATION_NODE = 'runtime.spinkube.dev/node';
 export const ANNOTATION_OPERATION = 'runtime.spinkube.dev/operation';
@@ -47,7 +48,7 @@ export function installerJob(settings: JobSettings, shim: ShimObject, request: J
   const options = Object.entries(runtimeOptionsOf(spec)).map(([k, v]) => `${k}=${v}`);
   if (operation === 'install' && options.length > 0) env.push({ name: 'RCM_RUNTIME_OPTION', value: options.join('\n') });
 
-  const labels = { [LABEL_MANAGED_BY]: MANAGED_BY, [LABEL_SHIM_UID]: shim.metadata.uid };
+  const labels = { [LABEL_MANAGED_BY]: MANAGED_BY, [LABEL_SHIM_UID]: shim.metadata.uid, [LABEL_BATCH]: request.batch };
   const annotations = {
     [ANNOTATION_SHIM]: shim.metadata.name,
     [ANNOTATION_NODE]: node,
@@ -138,6 +139,7 @@ export function jobView(job: any, pods: any[]): JobView | undefined {
     revision: a[ANNOTATION_REVISION] ?? '',
     ...(a[ANNOTATION_SHA256] ? { sha256: a[ANNOTATION_SHA256] } : {}),
     attempt: Number(a[ANNOTATION_ATTEMPT] ?? 1) || 1,
+    ...(job.metadata?.labels?.[LABEL_BATCH] ? { batch: job.metadata.labels[LABEL_BATCH] } : {}),
     phase,
     // The controller watches pods that are past Pending: one it knows of has started.
     started: pods.length > 0,

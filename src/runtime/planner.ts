@@ -238,7 +238,6 @@ export function plan(input: PlanInput): Plan {
   const candidates: Candidate[] = [];
   let traced = 0;
   let requeueAt: number | undefined;
-  let deleteSucceeded = false;
   const results: Result[] = [];
   const nowMs = Date.parse(now);
   const nodeNames = new Set(input.nodes.map(n => n.name));
@@ -273,8 +272,9 @@ export function plan(input: PlanInput): Plan {
     const keep = (j: JobView) => j.phase === 'failed' && record.failure !== undefined && isFailureOf(record.failure, j);
     const kept = finished.filter(keep);
     for (const job of finished.filter(j => j.phase === 'failed' && !keep(j))) actions.push({ kind: 'deleteJob', name: job.name });
-    // Succeeded Jobs go in one request per pass, after the records that hold their results.
-    if (finished.some(j => j.phase === 'succeeded')) deleteSucceeded = true;
+    // Succeeded Jobs go in one request per batch (below), after the records that hold their
+    // results; one from before batches existed goes by its name.
+    for (const job of finished.filter(j => j.phase === 'succeeded' && !j.batch)) actions.push({ kind: 'deleteJob', name: job.name });
 
     if (record.installed.length > 0 || running.length > 0) traced++;
     const top = record.installed[0];
@@ -319,7 +319,10 @@ export function plan(input: PlanInput): Plan {
     candidates.push({ node, step, attempt, retry: relevant, supersedes: kept });
   }
 
-  if (deleteSucceeded) actions.push({ kind: 'deleteSucceededJobs' });
+  const ownJobs = [...own.values()].flat();
+  const open = new Set(ownJobs.filter(j => j.phase === 'running').map(j => j.batch));
+  const batches = [...new Set(ownJobs.filter(j => j.phase === 'succeeded' && j.batch && !open.has(j.batch) && nodeNames.has(j.node)).map(j => j.batch!))];
+  if (batches.length > 0) actions.push({ kind: 'deleteSucceededJobs', batches: batches.sort() });
   actions.push(...aggregateEvents(results));
 
   // Jobs on nodes that are gone: nothing to record; a running one is left to end by itself.
@@ -343,7 +346,7 @@ export function plan(input: PlanInput): Plan {
     if (!exempt) budget--;
     tally.inFlight++;
     for (const job of c.supersedes) actions.push({ kind: 'deleteJob', name: job.name });
-    actions.push({ kind: 'createJob', job: jobRequest(shim, c, retryToken) });
+    actions.push({ kind: 'createJob', job: jobRequest(shim, c, retryToken, now) });
   }
 
   tally.remaining = traced;
@@ -381,7 +384,7 @@ function failedNode(name: string, failure: FailureRecord, policy: RetryPolicy, n
   };
 }
 
-function jobRequest(shim: ShimObject, c: Candidate, retryToken: string | undefined): JobRequest {
+function jobRequest(shim: ShimObject, c: Candidate, retryToken: string | undefined, now: string): JobRequest {
   const { node, step, attempt } = c;
   return {
     name: jobName(shim.metadata.name, node.name, step.operation, step.handler, step.revision, attempt, `${retryToken ?? ''}/${node.bootID ?? ''}`),
@@ -390,6 +393,7 @@ function jobRequest(shim: ShimObject, c: Candidate, retryToken: string | undefin
     handler: step.handler,
     revision: step.revision,
     attempt,
+    batch: String(Date.parse(now)),
     ...(step.operation === 'install' ? { artifact: artifactFor(shim.spec, node) } : {}),
   };
 }

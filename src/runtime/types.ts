@@ -61,6 +61,8 @@ export interface JobView {
   readonly sha256?: string;
   /** 1 for the first try of this operation on this node, then 2, 3, ... */
   readonly attempt: number;
+  /** The pass that created it: succeeded Jobs are removed a whole batch at a time. */
+  readonly batch?: string;
   readonly phase: 'running' | 'succeeded' | 'failed';
   /** Its pod was started by the kubelet (a Job that never started may be dropped safely). */
   readonly started: boolean;
@@ -158,6 +160,7 @@ export interface JobRequest {
   readonly handler: string;
   readonly revision: string;
   readonly attempt: number;
+  readonly batch: string;
   readonly artifact?: { location: string; sha256?: string };
 }
 
@@ -166,8 +169,11 @@ export type Action =
   | { kind: 'removeFinalizer' }
   | { kind: 'createJob'; job: JobRequest }
   | { kind: 'deleteJob'; name: string }
-  /** Every succeeded Job of the Shim, in one request (their results are recorded on the nodes by then). */
-  | { kind: 'deleteSucceededJobs' }
+  /**
+   * The succeeded Jobs of these batches, in one request. Only batches none of whose Jobs still
+   * runs: every succeeded Job of them was seen, and its result recorded, by this pass.
+   */
+  | { kind: 'deleteSucceededJobs'; batches: string[] }
   /** A merge patch of the node's labels and annotations (null removes). */
   | { kind: 'writeNode'; node: string; labels: Record<string, string | null>; annotations: Record<string, string | null> }
   /** Server-side apply; `replace` deletes first (the handler is immutable); `dropSelectorKeys` are other managers' keys. */

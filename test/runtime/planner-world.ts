@@ -80,13 +80,16 @@ export class World {
           revision: job.revision,
           sha256: job.artifact?.sha256,
           attempt: job.attempt,
+          batch: job.batch,
           phase: 'running',
           started: true,
         });
         break;
       }
       case 'deleteJob': this.jobs = this.jobs.filter(j => j.name !== action.name); break;
-      case 'deleteSucceededJobs': this.jobs = this.jobs.filter(j => !(j.shimUid === shim.metadata.uid && j.phase === 'succeeded')); break;
+      case 'deleteSucceededJobs':
+        this.jobs = this.jobs.filter(j => !(j.shimUid === shim.metadata.uid && j.phase === 'succeeded' && action.batches.includes(j.batch!)));
+        break;
       case 'writeNode': {
         const n = this.nodes.get(action.node)!;
         for (const [k, v] of Object.entries(action.labels)) if (v === null) delete n.labels[k]; else n.labels[k] = v;

@@ -38,6 +38,7 @@ function job(nodeName: string, s: ShimObject, phase: JobView['phase'], operation
   return {
     name: jobName('spin', nodeName, operation, handler, revision, attempt),
     shimUid: 'u1',
+    batch: 'b0',
     node: nodeName,
     operation,
     handler,
@@ -99,6 +100,16 @@ describe('selection and the record', () => {
     // the record first, then the Job goes
     expect(actions.map(a => a.kind).filter(k => k === 'writeNode' || k === 'deleteSucceededJobs')).toEqual(['writeNode', 'deleteSucceededJobs']);
     expect(status.nodesReady).toBe(1);
+  });
+
+  test('succeeded Jobs go a whole batch at a time, once none of the batch runs: a Job that succeeds after this pass saw the batch is never removed unrecorded', () => {
+    const s = shim();
+    const nodes = [node('a'), node('b'), node('c')];
+    const jobs = [job('a', s, 'succeeded'), job('b', s, 'running'), job('c', s, 'succeeded', 'install', { batch: 'b1' })];
+    expect(kinds(run({ shim: s, nodes, jobs }).actions, 'deleteSucceededJobs')).toEqual([{ kind: 'deleteSucceededJobs', batches: ['b1'] }]);
+    // a Job from before batches existed goes by its name
+    const legacy = { ...job('a', s, 'succeeded'), batch: undefined };
+    expect(kinds(run({ shim: s, nodes: [node('a')], jobs: [legacy] }).actions, 'deleteJob')).toEqual([{ kind: 'deleteJob', name: legacy.name }]);
   });
 
   test('a recorded node plans nothing and needs no Job', () => {
