@@ -188,9 +188,11 @@ async function main(): Promise<void> {
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-bench-controller-'));
   try {
     const results: { nodes: number; plain: Figures; now: Figures; before?: Figures }[] = [];
-    for (const nodes of SIZES) results.push({ nodes, ...await measure(nodes, work, BEFORE) });
     const cell = (v: number, digits: number) => v.toFixed(digits).padStart(11);
-    for (const { nodes, plain, now, before } of results) {
+    for (const size of SIZES) {
+      // Each size's figures as soon as they are measured: a larger size may take long.
+      const { nodes, plain, now, before } = { nodes: size, ...await measure(size, work, BEFORE) };
+      results.push({ nodes, plain, now, before });
       console.log(`\n${nodes} realistic nodes, ${SHIMS.length} Shims, rolling 10%, heartbeats once a minute per node`);
       console.log(`${''.padEnd(24)}${'plain loop'.padStart(11)}${'controller'.padStart(11)}${'ratio'.padStart(8)}${before ? `${`before (${BEFORE})`.padStart(18)}${'ratio'.padStart(8)}` : ''}`);
       const row = (what: string, pick: (f: Figures) => number, digits = 2) => console.log(what.padEnd(24) + cell(pick(plain), digits) + cell(pick(now), digits)
@@ -199,6 +201,7 @@ async function main(): Promise<void> {
       row('CPU seconds', f => f.cpu);
       row('peak RSS (MiB)', f => f.rssMiB, 1);
       row('wall seconds', f => f.wall, 1);
+      console.log(`summary: nodes=${nodes} writes=${(now.writes / plain.writes).toFixed(2)}x cpu=${(now.cpu / plain.cpu).toFixed(2)}x rss=${Math.round(now.rssMiB)} MiB`);
     }
     if (results.length > 1) {
       const [a, b] = [results[0], results[results.length - 1]];
@@ -207,9 +210,6 @@ async function main(): Promise<void> {
     }
     console.log('The controller also waits for each Job (the kubelet stand-in finishes pods every 0.5 s), records status and Events');
     console.log('and removes finished Jobs; the plain loop writes and leaves. Its peak RSS is sampled every 0.1 s.');
-    for (const { nodes, plain, now } of results) {
-      console.log(`summary: nodes=${nodes} writes=${(now.writes / plain.writes).toFixed(2)}x cpu=${(now.cpu / plain.cpu).toFixed(2)}x rss=${Math.round(now.rssMiB)} MiB`);
-    }
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
   }
