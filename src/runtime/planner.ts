@@ -23,8 +23,6 @@ export const MAX_FAILED_NODES = 20;
 const OS_LABELS = ['kubernetes.io/os', 'beta.kubernetes.io/os'];
 const ARCH_LABELS = ['kubernetes.io/arch', 'beta.kubernetes.io/arch'];
 
-export const DEFAULT_RETRY: RetryPolicy = { baseSeconds: 30, maxSeconds: 900, failureThreshold: 3 };
-
 export interface PlanInput {
   readonly shim: ShimObject;
   readonly nodes: NodeView[];
