@@ -5,7 +5,7 @@ import * as path from 'path';
 import { parse } from 'smol-toml';
 import { addRuntime, defaultRuntimesOf, removeRuntime } from '../../src/installer/containerd-config';
 import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // Uninstall removes only what is ours and still as we wrote it. On a node without a config,
@@ -65,7 +65,7 @@ describe('the installer on a node without a config (fake host, containerd 1.6)',
   beforeAll(async () => {
     bundle = buildInstaller(work);
     server = await startArtifactServer();
-    url = server.put('shim.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() }));
+    url = (await publishShim(server, work)).url;
     host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/.keep': '' }, 'while true; do sleep 1; done');
   }, 60_000);
   afterAll(async () => {

@@ -4,7 +4,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, sha256, shimBinary, startArtifactServer } from '../support/installer-bundle';
 
 // The installed binary is what was verified, byte for byte, and on disk before the config
 // names it. strace is the oracle of what reaches the disk (which files and folders are
@@ -20,8 +20,7 @@ let artifact: { url: string; sha256: string };
 beforeAll(async () => {
   bundle = buildInstaller(work);
   server = await startArtifactServer();
-  const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() });
-  artifact = { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
+  artifact = await publishShim(server, work);
   host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': CONFIG }, 'while true; do sleep 1; done');
 }, 60_000);
 afterAll(async () => {

@@ -5,7 +5,7 @@ import * as path from 'path';
 import { parse } from 'smol-toml';
 import { addRuntime, inheritedCgroupOption } from '../../src/installer/containerd-config';
 import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // The new handler runs its pods with the node's cgroup driver: SystemdCgroup of the default
@@ -64,7 +64,7 @@ describe('the installer on a systemd-cgroup node (fake host)', () => {
   beforeAll(async () => {
     bundle = buildInstaller(work);
     server = await startArtifactServer();
-    url = server.put('shim.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() }));
+    url = (await publishShim(server, work)).url;
     host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': fixture('custom-runtimes-v2.toml') },
       'while true; do sleep 1; done');
   }, 60_000);

@@ -5,7 +5,7 @@ import * as path from 'path';
 import { parse } from 'smol-toml';
 import { addRuntime, checkVersionSupported, detectConfigVersion, importedDropInFolder, removeRuntime } from '../../src/installer/containerd-config';
 import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // containerd 2.3's config (version 4, imports of /etc/containerd/conf.d/*.toml) and drop-in
@@ -84,7 +84,7 @@ describe('a containerd 2.1 host whose config imports a drop-in folder', () => {
   beforeAll(async () => {
     bundle = buildInstaller(work);
     server = await startArtifactServer();
-    url = server.put('shim.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() }));
+    url = (await publishShim(server, work)).url;
   });
   afterAll(async () => {
     for (const host of hosts) await host.stop();

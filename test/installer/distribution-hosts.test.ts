@@ -3,7 +3,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
 import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // The distributions' own layouts, with containerd only where each distribution keeps it
@@ -21,8 +21,7 @@ const hosts: FakeHost[] = [];
 beforeAll(async () => {
   bundle = buildInstaller(work);
   server = await startArtifactServer();
-  const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() });
-  artifact = { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
+  artifact = await publishShim(server, work);
 });
 afterAll(async () => {
   for (const host of hosts) await host.stop();

@@ -5,7 +5,7 @@ import * as path from 'path';
 import { hostLockPath, HostLockError, withHostLock } from '../../src/installer/host-lock';
 import { Logger } from '../../src/installer/log';
 import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 
 // The host lock is a kernel lock (util-linux flock on a file in the host's /run/lock): other
 // processes see it held exactly while its holder lives, and `flock -n` from outside is the
@@ -91,7 +91,7 @@ describe('the installer and its lock, on a fake host', () => {
   beforeAll(async () => {
     bundle = buildInstaller(work);
     server = await startArtifactServer();
-    url = server.put('shim.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() }));
+    url = (await publishShim(server, work)).url;
     host = await startFakeHost({
       'usr/bin/containerd': { copy: '/usr/bin/containerd' },
       'etc/containerd/config.toml': CONFIG,

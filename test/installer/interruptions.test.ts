@@ -6,7 +6,7 @@ import * as path from 'path';
 import { hostLockPath } from '../../src/installer/host-lock';
 import { Journal, recoveryFor } from '../../src/installer/journal';
 import { ContainerdDaemon, startContainerd } from '../support/containerd-daemon';
-import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 
 // Fault tests: the installer killed (SIGKILL) or stopped (SIGTERM, as when its pod is
 // deleted) at each step of an install against a real containerd 1.6 daemon under the test
@@ -26,8 +26,7 @@ const trickles: NodeJS.Timeout[] = [];
 beforeAll(async () => {
   bundle = buildInstaller(work);
   server = await startArtifactServer();
-  const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() });
-  artifact = { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
+  artifact = await publishShim(server, work);
   slowUrl = server.handle('slow.tgz', (_req, res) => {
     res.writeHead(200, { 'content-length': 1_000_000 });
     trickles.push(setInterval(() => res.write(Buffer.from([0x1f])), 200));

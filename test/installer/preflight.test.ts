@@ -3,7 +3,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { effectiveConfigProblem } from '../../src/installer/containerd-config';
 import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // Before a restart, the host's containerd reads the candidate config (`config dump`): what
@@ -31,7 +31,7 @@ const hosts: FakeHost[] = [];
 beforeAll(async () => {
   bundle = buildInstaller(work);
   server = await startArtifactServer();
-  url = server.put('shim.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() }));
+  url = (await publishShim(server, work)).url;
 });
 afterAll(async () => {
   for (const host of hosts) await host.stop();

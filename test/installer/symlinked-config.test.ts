@@ -4,7 +4,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
 import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 
 // A symlinked containerd config under --host-root, as config management leaves it. The
 // built bundle runs against a fake host (test/support/fake-host.ts: its own mount namespace
@@ -21,8 +21,7 @@ const hosts: FakeHost[] = [];
 beforeAll(async () => {
   bundle = buildInstaller(work);
   server = await startArtifactServer();
-  const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() });
-  artifact = { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
+  artifact = await publishShim(server, work);
 });
 afterAll(async () => {
   for (const host of hosts) await host.stop();

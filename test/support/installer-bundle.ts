@@ -97,6 +97,12 @@ export async function startArtifactServer(): Promise<ArtifactServer> {
 }
 
 /** A real shim: containerd's runc shim under the name containerd-shim-NAME-v2. */
+/** The test shim (see shimBinary) as a tarball served by `server`: where most installer tests start. */
+export async function publishShim(server: ArtifactServer, dir: string): Promise<{ url: string; sha256: string }> {
+  const tgz = await tarGz(dir, { 'containerd-shim-rcmtest-v2': shimBinary() });
+  return { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
+}
+
 export function shimBinary(): Buffer {
   return fs.readFileSync('/usr/bin/containerd-shim-runc-v2');
 }
