@@ -70,9 +70,11 @@ export class Controller {
       add: j => { forget(j); byAnnotation(j); }, update: (_, j) => byAnnotation(j), delete: j => { forget(j); byAnnotation(j); },
     }, managed);
     // A pod matters once it has started (a pending one has nothing to say) and when it ends.
+    const ended = (pod: any) => pod.status.containerStatuses !== undefined;
     this.pods = await this.inform(`/api/v1/namespaces/${ns}/pods`, slimPod, {
+      // A pod may arrive already ended (Pending straight to Failed): its Job waits for its result.
+      add: pod => { if (ended(pod)) byAnnotation(pod); },
       update: (before, after) => {
-        const ended = (pod: any) => pod.status.containerStatuses !== undefined;
         if (before.status.startTime !== after.status.startTime || ended(before) !== ended(after)) byAnnotation(after);
       },
     }, managed, 'status.phase!=Pending');

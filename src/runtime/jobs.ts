@@ -113,8 +113,11 @@ function parseResult(message: string | undefined): JobView['result'] {
   }
 }
 
+/** How long a failed Job waits for its pod's result (the installer's reason) to arrive. */
+const POD_RESULT_WAIT_MS = 30_000;
+
 /** A Job and its pods as the planner sees them (its own pods: matched by the Job's uid). */
-export function jobView(job: any, pods: any[]): JobView | undefined {
+export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | undefined {
   const a = job.metadata?.annotations ?? {};
   const shimUid = job.metadata?.labels?.[LABEL_SHIM_UID];
   if (!a[ANNOTATION_NODE] || !a[ANNOTATION_OPERATION] || !a[ANNOTATION_HANDLER] || !shimUid) return undefined;
@@ -128,7 +131,10 @@ export function jobView(job: any, pods: any[]): JobView | undefined {
   const last = terminated[terminated.length - 1];
   // The Job and its pod are watched apart: a failure is judged once the pod's result (the
   // installer's reason) has arrived too, unless there is no pod to wait for.
-  const resultPending = failedCondition && !last && pods.length > 0;
+  // A pod that went from Pending straight to Failed reaches the (separately watched, Pending
+  // excluded) pod cache only with its result: give it a moment before judging without one.
+  const podMayCome = failedCondition?.reason === 'BackoffLimitExceeded' && nowMs - Date.parse(failedCondition.lastTransitionTime) < POD_RESULT_WAIT_MS;
+  const resultPending = failedCondition && !last && (pods.length > 0 || podMayCome);
   const phase = succeeded ? 'succeeded' : failedCondition && !resultPending ? 'failed' : 'running';
   return {
     name: job.metadata.name,
