@@ -38,8 +38,10 @@ const project = new cdk8s.ConstructLibraryCdk8s({
     include: ['imports/**/*.ts'],
   },
   // The controller and the node installer are not part of the jsii API: they are
-  // type-checked by their own tsconfig and bundled by esbuild (post-compile).
-  excludeTypescript: ['src/runtime/**', 'src/installer/**'],
+  // type-checked by their own tsconfig and bundled by esbuild (post-compile). src/shared/
+  // holds what both programs use; its logging and flag parsing are theirs alone, while the
+  // label scheme and the shape checks are the constructs' too (and so compiled by jsii).
+  excludeTypescript: ['src/runtime/**', 'src/installer/**', 'src/shared/log.ts', 'src/shared/flags.ts'],
 
   devDeps: [
     'cdk8s-cli@^2.200.0',
@@ -101,7 +103,7 @@ project.postCompileTask.spawn(bundle);
 
 // The programs' libraries are bundled into lib/*.js by esbuild: devDependencies on purpose.
 project.eslint?.addOverride({
-  files: ['src/installer/**', 'src/runtime/**'],
+  files: ['src/installer/**', 'src/runtime/**', 'src/shared/log.ts', 'src/shared/flags.ts'],
   rules: { 'import/no-extraneous-dependencies': 'off' },
 });
 

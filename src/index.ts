@@ -1,4 +1,4 @@
-export * from './constructs/node-labels';
+export * from './shared/node-labels';
 export * from './constructs/rollout';
 export * from './constructs/shim';
 export * from './constructs/shim-definition';

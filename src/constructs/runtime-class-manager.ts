@@ -4,7 +4,7 @@ import { SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
 import { ContainerdRestart } from './rollout';
 import { ShimConstruct, ShimConstructProps } from './shim';
 import { ShimDefinition } from './shim-definition';
-import { installerEnvNameProblem, isDnsLabel } from './validation';
+import { installerEnvNameProblem, isDnsLabel } from '../shared/validation';
 
 /** Pinned default images; bumped with each release of this library. */
 const DEFAULT_CONTROLLER_IMAGE = 'ghcr.io/runtime-class-manager-cdk8s/rcm-controller:0.1.0';

@@ -1,13 +1,13 @@
 import { ApiObject, Lazy } from 'cdk8s';
 import { Construct, IConstruct } from 'constructs';
 import { SKIP_DRY_RUN, SYNC_OPTIONS_ANNOTATION, SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
-import { ShimNodeLabels } from './node-labels';
 import { ContainerdRestart, Rollout } from './rollout';
-import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256, nodeArch } from './validation';
 import {
   Shim, ShimSpec, ShimSpecRolloutStrategyRollingMaxUpdate,
   ShimSpecRuntimeClassOverheadPodFixed,
 } from '../../imports/runtime.spinkube.dev';
+import { ShimNodeLabels } from '../shared/node-labels';
+import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256, nodeArch } from '../shared/validation';
 
 /** A shim artifact for one node platform. */
 export interface ShimPlatformArtifact {

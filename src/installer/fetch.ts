@@ -1,8 +1,8 @@
 import * as crypto from 'crypto';
 import * as fs from 'fs';
 import { fetchFailed } from './errors';
-import { Logger } from './log';
 import { get } from './proxy';
+import { Logger } from '../shared/log';
 
 export interface DownloadOptions {
   /**

@@ -10,7 +10,7 @@
 import { spawn } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
-import { Logger } from './log';
+import { Logger } from '../shared/log';
 
 export class HostLockError extends Error {}
 

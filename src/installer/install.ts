@@ -13,10 +13,10 @@ import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand
 import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { Journal, parseJournal, recoveryFor } from './journal';
-import { Logger } from './log';
 import { artifactFor, InstallerOptions } from './options';
 import { preflight } from './preflight';
 import { InstallState, parseState } from './state';
+import { Logger } from '../shared/log';
 
 export type { InstallState } from './state';
 

@@ -2,8 +2,8 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { ExitCode, InstallerError } from './errors';
 import { InstallResult, Installer } from './install';
-import { Logger } from './log';
 import { helpText, InstallerOptions, parseOptions } from './options';
+import { Logger } from '../shared/log';
 
 const ARCH: Record<string, string> = { x64: 'amd64', arm64: 'arm64', arm: 'arm', ppc64: 'ppc64le', s390x: 's390x', riscv64: 'riscv64' };
 

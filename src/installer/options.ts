@@ -1,6 +1,6 @@
 import { badInput } from './errors';
-import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from './flags';
-import { isDnsLabel, isSha256 } from '../constructs/validation';
+import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
+import { isDnsLabel, isSha256 } from '../shared/validation';
 
 export type Command = 'install' | 'uninstall' | 'status';
 export type RestartMode = 'systemd' | 'command' | 'none';

@@ -8,8 +8,8 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { ConfigError, effectiveConfigProblem } from './containerd-config';
 import { DistroLayout, HostContext, hostCommand, onHost } from './host';
-import { Logger } from './log';
 import { InstallerOptions } from './options';
+import { Logger } from '../shared/log';
 
 export interface PreflightContext {
   readonly options: InstallerOptions;

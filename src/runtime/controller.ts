@@ -10,7 +10,7 @@ import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
 import { nodeChangeAffects, slimJob, slimNode, slimPod, slimRuntimeClass, slimShim } from './slim';
 import { Action, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
-import { Logger } from '../installer/log';
+import { Logger } from '../shared/log';
 
 export const FIELD_MANAGER = 'rcm-controller';
 const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';

@@ -5,9 +5,9 @@ import { Controller } from './controller';
 import { Kube, TokenBucket } from './kube';
 import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
-import { installerEnvNameProblem } from '../constructs/validation';
-import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../installer/flags';
-import { Logger } from '../installer/log';
+import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
+import { Logger } from '../shared/log';
+import { installerEnvNameProblem } from '../shared/validation';
 
 /** A flag of the controller: every one takes a value, most have a default. */
 interface Flag extends FlagSpec {

@@ -1,7 +1,7 @@
 // What the controller remembers about a shim on a node: read from and written to the node's
 // labels and annotations (ShimNodeLabels), folded forward with finished installer Jobs. Pure.
 import { FailureRecord, InstalledEntry, JobView, NodeRecord, NodeView } from './types';
-import { ShimNodeLabels } from '../constructs/node-labels';
+import { ShimNodeLabels } from '../shared/node-labels';
 
 /** The keys of one Shim's labels and annotations. */
 export interface RecordKeys {

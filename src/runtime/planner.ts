@@ -13,8 +13,8 @@ import {
   Action, Condition, FailedNode, FailureRecord, JobRequest, JobView, NodeRecord, NodeView, Operation, Plan, RetryPolicy, RuntimeClassView,
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
-import { ShimNodeLabels } from '../constructs/node-labels';
-import { isDnsLabel, nodeArch } from '../constructs/validation';
+import { ShimNodeLabels } from '../shared/node-labels';
+import { isDnsLabel, nodeArch } from '../shared/validation';
 
 export const FINALIZER = 'runtime.spinkube.dev/finalizer';
 /** A new value of this Shim annotation retries every failed node at once. */

@@ -3,7 +3,7 @@
 // RuntimeClass of the same name made by someone else is reported, never touched.
 import { RecordKeys } from './node-record';
 import { Action, RuntimeClassObject, RuntimeClassView, ShimObject } from './types';
-import { ShimNodeLabels } from '../constructs/node-labels';
+import { ShimNodeLabels } from '../shared/node-labels';
 
 /** The Shim as the controlling owner: the garbage collector removes what it owns with it. */
 export function ownerReference(shim: ShimObject): object {

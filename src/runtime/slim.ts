@@ -2,7 +2,7 @@
 // read, nothing else (no managedFields, images, heartbeats or pod specs). Pure.
 import { selects } from './planner';
 import { ShimObject, NodeView } from './types';
-import { ShimNodeLabels } from '../constructs/node-labels';
+import { ShimNodeLabels } from '../shared/node-labels';
 
 const OUR_ANNOTATIONS = `.${ShimNodeLabels.DOMAIN}/`;
 const INSTALLED = `${OUR_ANNOTATIONS}installed`;

@@ -1,4 +1,4 @@
-import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../../src/installer/flags';
+import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../../src/shared/flags';
 
 // The flag parser both programs share: flags over RCM_* variables, flags win.
 

@@ -3,7 +3,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { hostLockPath, HostLockError, withHostLock } from '../../src/installer/host-lock';
-import { Logger } from '../../src/installer/log';
+import { Logger } from '../../src/shared/log';
 import { FakeHost, startFakeHost } from '../support/fake-host';
 import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 

@@ -1,8 +1,8 @@
 import { POLICY, World } from './planner-world';
-import { ShimNodeLabels } from '../../src/constructs/node-labels';
 import { readRecord, recordKeys } from '../../src/runtime/node-record';
 import { backoffSeconds, FINALIZER, jobName, maxInFlight, plan, PlanInput, RETRY_ANNOTATION, revisionOf } from '../../src/runtime/planner';
 import { Action, Condition, JobView, NodeView, ShimObject, ShimSpec } from '../../src/runtime/types';
+import { ShimNodeLabels } from '../../src/shared/node-labels';
 
 // Table tests of the pure planner: observed state in, actions and status out. Scenario tests
 // run it in a small world (planner-world.ts) that checks the invariants after every step.
