@@ -1,3 +1,4 @@
+import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as tar from 'tar';
@@ -103,7 +104,8 @@ export async function unpackShim(artifact: string, workDir: string, shimName: st
     };
     walk(dir);
   } else if (startsWith(artifact, ELF)) {
-    const base = path.basename(new URL(sourceName).pathname);
+    // A URL's path, or an image's path (`reference:/path`) for an artifact copied out of an image.
+    const base = path.basename(URL.canParse(sourceName) && /^https?:/.test(sourceName) ? new URL(sourceName).pathname : sourceName);
     const m = SHIM_BINARY.exec(base);
     // A bare binary is named by its URL, or taken as the shim when the URL says nothing.
     const name = m && m[1] === shimName ? base : `containerd-shim-${shimName}-v2`;
@@ -118,4 +120,67 @@ export async function unpackShim(artifact: string, workDir: string, shimName: st
     throw fetchFailed('AmbiguousShim', `the archive holds several shims named ${shimName}: ${candidates.map(c => c.name).join(', ')}`);
   }
   return candidates[0];
+}
+
+/** A multi-file payload, unpacked in the installer's scratch folder. */
+export interface Payload {
+  /** The unpacked tree. */
+  readonly dir: string;
+  /** The shim inside it (`file` is its path in the scratch folder). */
+  readonly shim: ShimBinary;
+}
+
+/**
+ * Unpacks a payload (.tar.gz of several files, e.g. a runc shim, runsc and a wrapper) and
+ * finds its shim at `shimPath`. The same archive checks as for a single shim apply.
+ */
+export async function unpackPayload(artifact: string, workDir: string, shimPath: string, limits: ExtractLimits): Promise<Payload> {
+  if (!startsWith(artifact, GZIP)) throw fetchFailed('UnsupportedArtifact', 'a payload must be a .tar.gz');
+  const dir = path.join(workDir, 'payload');
+  fs.mkdirSync(dir, { recursive: true });
+  await extractSafely(artifact, dir, limits);
+  return payloadIn(dir, shimPath);
+}
+
+/** The shim of an unpacked payload folder, checked to be a regular file inside it. */
+export function payloadIn(dir: string, shimPath: string): Payload {
+  const file = path.join(dir, shimPath);
+  const stat = fs.lstatSync(file, { throwIfNoEntry: false });
+  if (!stat?.isFile()) {
+    const found = treeFiles(dir).slice(0, 20).join(', ') || 'nothing';
+    throw fetchFailed('ShimNotFound', `the payload has no file ${shimPath}; it holds: ${found}`);
+  }
+  const name = path.basename(shimPath);
+  return { dir, shim: { file, name, apiVersion: Number(SHIM_BINARY.exec(name)?.[2] ?? 2) } };
+}
+
+/** Every regular file under `dir`, relative and sorted (the payload's manifest order). */
+export function treeFiles(dir: string): string[] {
+  const files: string[] = [];
+  const walk = (d: string) => {
+    for (const entry of fs.readdirSync(d, { withFileTypes: true })) {
+      const full = path.join(d, entry.name);
+      if (entry.isDirectory()) walk(full);
+      else files.push(path.relative(dir, full));
+    }
+  };
+  walk(dir);
+  return files.sort();
+}
+
+/**
+ * A digest of a folder's content: each file's relative path, type, permission bits and
+ * sha256. Installed payloads are checked against it, as single binaries against their hash.
+ */
+export function treeDigest(dir: string): string {
+  const hash = crypto.createHash('sha256');
+  for (const rel of treeFiles(dir)) {
+    const full = path.join(dir, rel);
+    const stat = fs.lstatSync(full);
+    const kind = stat.isFile() ? 'f' : stat.isSymbolicLink() ? 'l' : 'o';
+    const content = stat.isFile() ? crypto.createHash('sha256').update(fs.readFileSync(full)).digest('hex')
+      : stat.isSymbolicLink() ? fs.readlinkSync(full) : '';
+    hash.update(`${rel}\t${kind}\t${(stat.mode % 0o1000).toString(8)}\t${content}\n`);
+  }
+  return hash.digest('hex');
 }

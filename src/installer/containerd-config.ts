@@ -24,10 +24,33 @@ export class ConfigError extends Error {}
 export interface RuntimeEntry {
   /** The runtime handler (a DNS label, validated by the caller). */
   readonly handler: string;
-  /** runtime_type: the absolute path of the shim binary. */
+  /**
+   * runtime_type: the absolute path of the shim binary, or (with `runtimePath`) the name of
+   * the runtime type the shim implements, e.g. `io.containerd.runc.v2`.
+   */
   readonly runtimeType: string;
+  /**
+   * runtime_path: the shim binary when runtime_type is a name. containerd then hands the
+   * options as that type's (runc's `BinaryName`, ...), where a path runtime_type gets them as
+   * `runtimeoptions.v1.Options`, which runc-based shims refuse.
+   */
+  readonly runtimePath?: string;
   /** Values for the handler's options table. */
   readonly options: Record<string, string>;
+  /** Handler-level settings runtimes such as Kata, gVisor or GPU runtimes set beside options. */
+  readonly settings?: HandlerSettings;
+}
+
+/** containerd's per-handler fields beside runtime_type and options. */
+export interface HandlerSettings {
+  /** pod_annotations: pod annotations (globs) passed to the runtime. */
+  readonly podAnnotations?: string[];
+  /** container_annotations: container annotations (globs) passed to the runtime. */
+  readonly containerAnnotations?: string[];
+  /** privileged_without_host_devices: privileged pods do not get the host's devices. */
+  readonly privilegedWithoutHostDevices?: boolean;
+  /** snapshotter: the snapshotter of this handler's containers (containerd 1.7 and later). */
+  readonly snapshotter?: string;
 }
 
 const TEMPLATE_LINE = /^\s*\{\{.*\}\}\s*$/;
@@ -117,6 +140,17 @@ function tomlString(value: string): string {
   return JSON.stringify(value); // a JSON string is a valid TOML basic string
 }
 
+function tomlStrings(values: string[]): string {
+  return `[${values.map(tomlString).join(', ')}]`;
+}
+
+/** The shim binary a handler table names: runtime_path when set, else runtime_type. */
+function binaryOf(table: any): string | undefined {
+  if (!table || typeof table !== 'object') return undefined;
+  const value = typeof table.runtime_path === 'string' && table.runtime_path !== '' ? table.runtime_path : table.runtime_type;
+  return typeof value === 'string' ? value : undefined;
+}
+
 const DEFAULTS_BLOCK = 'default runtimes';
 const HANDLER_BLOCK = '# BEGIN runtime-class-manager handler ';
 
@@ -133,6 +167,12 @@ function endMarker(handler: string): string {
 export function runtimeBlock(version: ConfigVersion, entry: RuntimeEntry): string {
   const table = [...RUNTIMES_PATH[version], entry.handler].map(quoteKey).join('.');
   const lines = [beginMarker(entry.handler), `[${table}]`, `  runtime_type = ${tomlString(entry.runtimeType)}`];
+  if (entry.runtimePath !== undefined) lines.push(`  runtime_path = ${tomlString(entry.runtimePath)}`);
+  const settings = entry.settings ?? {};
+  if (settings.podAnnotations?.length) lines.push(`  pod_annotations = ${tomlStrings(settings.podAnnotations)}`);
+  if (settings.containerAnnotations?.length) lines.push(`  container_annotations = ${tomlStrings(settings.containerAnnotations)}`);
+  if (settings.privilegedWithoutHostDevices !== undefined) lines.push(`  privileged_without_host_devices = ${settings.privilegedWithoutHostDevices}`);
+  if (settings.snapshotter !== undefined) lines.push(`  snapshotter = ${tomlString(settings.snapshotter)}`);
   const optionKeys = Object.keys(entry.options).sort();
   if (optionKeys.length > 0) {
     lines.push(`[${table}.options]`);
@@ -225,7 +265,7 @@ const CRI_PLUGIN_IDS = ['cri', 'io.containerd.grpc.v1.cri', 'io.containerd.cri.v
  * wins). With `runtimeType` undefined, any definition of the handler is a conflict (it is
  * about to be added elsewhere). Undefined when nothing is against it.
  */
-export function effectiveConfigProblem(dumped: string, handler: string, runtimeType: string | undefined): string | undefined {
+export function effectiveConfigProblem(dumped: string, handler: string, binary: string | undefined): string | undefined {
   const config = parseConfig(dumped, 'containerd config dump');
   const disabled: unknown[] = Array.isArray(config.disabled_plugins) ? config.disabled_plugins : [];
   const cri = disabled.find(p => typeof p === 'string' && CRI_PLUGIN_IDS.includes(p));
@@ -233,11 +273,12 @@ export function effectiveConfigProblem(dumped: string, handler: string, runtimeT
     return `containerd's CRI plugin is disabled (disabled_plugins has "${cri}", as in Docker's packaged config): Kubernetes cannot use any runtime handler here; enable the CRI plugin first`;
   }
   const defined = CONFIG_VERSIONS.map(v => lookup(config, [...RUNTIMES_PATH[v], handler])).find(r => r && typeof r === 'object');
-  if (runtimeType === undefined) {
+  if (binary === undefined) {
     return defined ? `handler "${handler}" is already defined in containerd's effective config (runtime_type ${JSON.stringify(defined.runtime_type)}), by a file this installer does not edit` : undefined;
   }
-  if (!defined || defined.runtime_type !== runtimeType) {
-    return `containerd would not use the new handler: its effective config gives "${handler}" runtime_type ${JSON.stringify(defined?.runtime_type ?? null)} `
+  if (!defined || binaryOf(defined) !== binary) {
+    const field = typeof defined?.runtime_path === 'string' && defined.runtime_path !== '' ? 'runtime_path' : 'runtime_type';
+    return `containerd would not use the new handler: its effective config gives "${handler}" ${field} ${JSON.stringify(binaryOf(defined) ?? null)} `
       + '(another file, probably an imported one, defines it too and wins)';
   }
   return undefined;
@@ -246,6 +287,11 @@ export function effectiveConfigProblem(dumped: string, handler: string, runtimeT
 /** The runtime_type the file gives `handler`, or undefined when it does not declare it. */
 export function handlerRuntimeType(text: string, version: ConfigVersion, handler: string): string | undefined {
   return lookup(parseConfig(text), [...RUNTIMES_PATH[version], handler, 'runtime_type']);
+}
+
+/** The shim binary the file gives `handler` (runtime_path, else runtime_type), or undefined. */
+export function handlerBinary(text: string, version: ConfigVersion, handler: string): string | undefined {
+  return binaryOf(lookup(parseConfig(text), [...RUNTIMES_PATH[version], handler]));
 }
 
 /** What an edit added besides the blocks, so that undoing it restores the file byte for byte. */
@@ -271,7 +317,7 @@ function stripOwnHandler(text: string, version: ConfigVersion, handler: string, 
 { text: string; found: boolean; viaMarkers: boolean } {
   const block = stripBlock(text, handler);
   if (block.found || !owns) return { ...block, viaMarkers: block.found };
-  const runtimeType = lookup(parseConfig(text), [...RUNTIMES_PATH[version], handler, 'runtime_type']);
+  const runtimeType = handlerBinary(text, version, handler);
   if (typeof runtimeType !== 'string' || !owns(runtimeType)) return { text, found: false, viaMarkers: false };
   const tables = stripHandlerTables(text, version, handler);
   if (lookup(parseConfig(tables.text), [...RUNTIMES_PATH[version], handler]) !== undefined) {
@@ -306,7 +352,7 @@ export function addRuntime(text: string, version: ConfigVersion, entry: RuntimeE
   // Against the whole original: whatever was taken out besides our handler would show.
   verifyOnlyHandlerChanged(original, result, version, entry.handler, defaultRuntimes, declaresNothing);
   const added = lookup(parseConfig(result), [...RUNTIMES_PATH[version], entry.handler]);
-  if (!added || added.runtime_type !== entry.runtimeType) {
+  if (!added || added.runtime_type !== entry.runtimeType || binaryOf(added) !== (entry.runtimePath ?? entry.runtimeType)) {
     throw new ConfigError(`the edited file does not declare handler "${entry.handler}" as expected`);
   }
   return { text: result, addedSeparator: separator.length > 0, addedVersionLine: declaresNothing };

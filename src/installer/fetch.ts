@@ -1,5 +1,6 @@
 import * as crypto from 'crypto';
 import * as fs from 'fs';
+import { pipeline } from 'stream/promises';
 import { fetchFailed } from './errors';
 import { get } from './proxy';
 import { Logger } from '../shared/log';
@@ -100,4 +101,19 @@ function downloadOnce(url: string, file: string, options: DownloadOptions, redir
     request.on('timeout', () => request.destroy(new Error(`timed out after ${options.timeoutMs} ms without data`)));
     request.on('error', reject);
   });
+}
+
+/**
+ * Takes a local artifact (copied out of an image by an init container) into `file`, hashing
+ * it as a download is: the same size limit and the same sha256 check follow.
+ */
+export async function takeLocal(source: string, file: string, maxSizeBytes: number): Promise<Download> {
+  const stat = fs.statSync(source, { throwIfNoEntry: false });
+  if (!stat) throw fetchFailed('DownloadFailed', `the artifact file ${source} is missing (was it copied out of the image?)`);
+  if (!stat.isFile()) throw fetchFailed('UnsupportedArtifact', `the artifact ${source} is not a regular file`);
+  if (stat.size > maxSizeBytes) throw fetchFailed('ArtifactTooLarge', `artifact too large: ${stat.size} bytes > limit ${maxSizeBytes}`);
+  fs.copyFileSync(source, file);
+  const hash = crypto.createHash('sha256');
+  await pipeline(fs.createReadStream(file), hash);
+  return { sha256: hash.digest('hex'), bytes: stat.size, attempts: 1 };
 }

@@ -1,14 +1,14 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { ShimBinary, unpackShim } from './artifact';
+import { ShimBinary, treeDigest, treeFiles, unpackPayload, unpackShim } from './artifact';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
-  handlerRuntimeType, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
+  handlerBinary, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
 import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
-import { download } from './fetch';
+import { download, takeLocal } from './fetch';
 import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically } from './host';
 import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
@@ -74,6 +74,8 @@ interface Fetched {
   /** The shim binary's own sha256 (what the installed file must hash to). */
   readonly binarySha256: string;
   readonly shim: ShimBinary;
+  /** A payload of several files: its unpacked folder and content digest. */
+  readonly payload?: { readonly dir: string; readonly digest: string };
 }
 
 class Timer {
@@ -97,6 +99,20 @@ function shimsDir(o: InstallerOptions): string {
   return path.join(o.installRoot, 'shims', o.handler);
 }
 
+/** Where this handler's payloads live, one folder per version (a host path). */
+function payloadsDir(o: InstallerOptions): string {
+  return path.join(o.installRoot, 'payloads', o.handler);
+}
+
+/** The placeholder in runtime options for the installed payload's folder. */
+const PAYLOAD_PLACEHOLDER = '${PAYLOAD}';
+
+/** The options as written: `${PAYLOAD}` replaced by the payload folder (a host path). */
+function expandOptions(options: Record<string, string>, payloadDir: string | undefined): Record<string, string> {
+  if (payloadDir === undefined) return options;
+  return Object.fromEntries(Object.entries(options).map(([k, v]) => [k, v.split(PAYLOAD_PLACEHOLDER).join(payloadDir)]));
+}
+
 /** The state file, as a host path. */
 function stateFile(o: InstallerOptions): string {
   return path.join(o.installRoot, 'state', `${o.handler}.json`);
@@ -114,6 +130,41 @@ function permissions(file: string): number {
 
 function sameOptions(a: Record<string, string>, b: Record<string, string>): boolean {
   return JSON.stringify(Object.entries(a).sort()) === JSON.stringify(Object.entries(b).sort());
+}
+
+/** The record asks for the same handler shape as these options (type, handler fields). */
+function sameHandlerShape(state: InstallState, o: InstallerOptions): boolean {
+  return (state.runtimeType ?? undefined) === o.runtimeType && (state.payloadShim ?? undefined) === o.payloadShim
+    && sameOptions(toStrings(state.handlerSettings ?? {}), toStrings(o.handlerSettings));
+}
+
+function toStrings(settings: object): Record<string, string> {
+  return Object.fromEntries(Object.entries(settings).map(([k, v]) => [k, JSON.stringify(v)]));
+}
+
+/**
+ * Whether a process on the host runs a program from `folder` (given as the host sees it and
+ * as this process sees it). The installer runs with the host's PID namespace, so /proc
+ * lists the host's processes: a pod's shim, or runsc that a shim runs again for every
+ * container operation, keeps its payload in use.
+ */
+function folderInUse(hostFolder: string, localFolder: string): number | undefined {
+  let pids: string[];
+  try {
+    pids = fs.readdirSync('/proc').filter(p => /^[0-9]+$/.test(p));
+  } catch {
+    return undefined;
+  }
+  for (const pid of pids) {
+    let exe: string;
+    try {
+      exe = fs.readlinkSync(`/proc/${pid}/exe`);
+    } catch {
+      continue; // gone, or a kernel thread
+    }
+    if (exe.startsWith(hostFolder + '/') || exe.startsWith(localFolder + '/')) return Number(pid);
+  }
+  return undefined;
 }
 
 export class Installer {
@@ -222,22 +273,33 @@ export class Installer {
   /** Downloads, checks and unpacks the artifact in the installer's own file system: the host sees none of it. */
   private async fetchArtifact(scratch: string): Promise<Fetched> {
     const o = this.o;
-    const url = artifactFor(o);
+    const url = o.artifactFile !== undefined ? o.artifactOrigin ?? o.artifactFile : artifactFor(o);
     if (!o.sha256) this.log.warn('NO SHA256 GIVEN: the artifact is installed without verification; set the Shim\'s sha256', { url });
     const artifact = path.join(scratch, 'artifact');
-    const fetched = await this.timer.time('download', () => download(url, artifact, {
-      timeoutMs: o.downloadTimeoutSeconds * 1000, retries: o.retries, maxSizeBytes: o.maxSizeBytes,
-    }, this.log));
+    const fetched = await this.timer.time('download', () => (o.artifactFile !== undefined
+      ? takeLocal(o.artifactFile, artifact, o.maxSizeBytes)
+      : download(url, artifact, { timeoutMs: o.downloadTimeoutSeconds * 1000, retries: o.retries, maxSizeBytes: o.maxSizeBytes }, this.log)));
     await this.timer.time('verify', () => {
       if (o.sha256 && fetched.sha256 !== o.sha256) {
         throw fetchFailed('ChecksumMismatch', `sha256 of ${url} is ${fetched.sha256}, expected ${o.sha256}`);
       }
     });
-    const shim = await this.timer.time('verify', () => unpackShim(artifact, scratch, o.shimName, url, { maxBytes: o.maxExtractedBytes, maxFiles: o.maxFiles }));
+    const limits = { maxBytes: o.maxExtractedBytes, maxFiles: o.maxFiles };
+    const payload = o.payloadShim !== undefined
+      ? await this.timer.time('verify', () => unpackPayload(artifact, scratch, o.payloadShim!, limits)) : undefined;
+    const shim = payload?.shim ?? await this.timer.time('verify', () => unpackShim(artifact, scratch, o.shimName, url, limits));
     const unrunnable = elfProblem(elfHeadOf(shim.file), o.platform);
     if (unrunnable) throw fetchFailed('ShimNotRunnable', `${shim.name} from ${url} cannot run on this node: ${unrunnable}`);
-    this.log.info('artifact verified', { url, sha256: fetched.sha256, bytes: fetched.bytes, binary: shim.name });
-    return { url, sha256: fetched.sha256, binarySha256: sha256Of(shim.file), shim };
+    const digest = payload ? await this.timer.time('verify', () => treeDigest(payload.dir)) : undefined;
+    this.log.info('artifact verified', {
+      url,
+      sha256: fetched.sha256,
+      bytes: fetched.bytes,
+      binary: shim.name,
+      ...(payload ? { payloadFiles: treeFiles(payload.dir).length } : {}),
+    });
+    const payloadPart = payload && digest ? { payload: { dir: payload.dir, digest } } : {};
+    return { url, sha256: fetched.sha256, binarySha256: sha256Of(shim.file), shim, ...payloadPart };
   }
 
   private async install(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string,
@@ -260,12 +322,18 @@ export class Installer {
     const { url, shim } = fetched;
     if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
 
-    // The versioned path: a new version never overwrites a binary running pods use.
-    const binary = path.join(shimsDir(o), fetched.sha256.slice(0, 16), shim.name);
+    // The versioned path: a new version never overwrites a binary running pods use. A
+    // payload is one folder per version; its shim is a file in it.
+    const version = fetched.sha256.slice(0, 16);
+    const payloadDir = fetched.payload ? path.join(payloadsDir(o), version) : undefined;
+    const binary = payloadDir ? path.join(payloadDir, o.payloadShim!) : path.join(shimsDir(o), version, shim.name);
     const binaryOnHost = onHost(o, binary);
-    const exists = fs.existsSync(binaryOnHost);
+    const versionOnHost = payloadDir ? onHost(o, payloadDir) : path.dirname(binaryOnHost);
+    const exists = payloadDir ? fs.existsSync(versionOnHost) : fs.existsSync(binaryOnHost);
     // Other bytes at our versioned path are damage (a truncated or edited file): rewrite them.
-    const damaged = exists && sha256Of(binaryOnHost) !== fetched.binarySha256;
+    const damaged = exists && (fetched.payload
+      ? treeDigest(versionOnHost) !== fetched.payload.digest
+      : sha256Of(binaryOnHost) !== fetched.binarySha256);
 
     // The edit is computed and checked before anything on the host changes.
     const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
@@ -285,9 +353,14 @@ export class Installer {
       const effectiveFile = onHost(o, layout.effectiveConfig);
       const effectiveText = layout.effectiveConfig !== layout.config && fs.existsSync(effectiveFile) ? fs.readFileSync(effectiveFile, 'utf8') : current;
       inherited = inheritedCgroupOption(effectiveText, configVersion);
-      const options = { ...inherited, ...o.runtimeOptions };
-      edited = await this.timer.time('config', () => addRuntime(current, configVersion, { handler: o.handler, runtimeType: binary, options }, defaults,
-        this.owns(state)));
+      const options = { ...inherited, ...expandOptions(o.runtimeOptions, payloadDir) };
+      if (o.handlerSettings.snapshotter !== undefined && major === 1 && (this.containerdMinor ?? 0) < 7) {
+        throw new ConfigError(`a per-handler snapshotter needs containerd 1.7 or later; this node runs ${major}.${this.containerdMinor}`);
+      }
+      const entry = o.runtimeType
+        ? { handler: o.handler, runtimeType: o.runtimeType, runtimePath: binary, options, settings: o.handlerSettings }
+        : { handler: o.handler, runtimeType: binary, options, settings: o.handlerSettings };
+      edited = await this.timer.time('config', () => addRuntime(current, configVersion, entry, defaults, this.owns(state)));
       if (edited.text !== original) {
         await this.timer.time('preflight', () => preflight({ options: o, host: this.host, log: this.log, containerdFound: this.containerdFound }, layout, edited.text, binary));
       }
@@ -309,6 +382,9 @@ export class Installer {
       binary,
       runtimeOptions: o.runtimeOptions,
       inheritedOptions: inherited,
+      ...(o.runtimeType ? { runtimeType: o.runtimeType } : {}),
+      ...(Object.keys(o.handlerSettings).length > 0 ? { handlerSettings: o.handlerSettings } : {}),
+      ...(payloadDir && fetched.payload ? { payloadShim: o.payloadShim, payloadDir, payloadDigest: fetched.payload.digest } : {}),
       distro: layout.distro,
       configFile: layout.config,
       configVersion,
@@ -329,8 +405,9 @@ export class Installer {
       edited: edited.text,
       mode,
       binary,
-      createdPaths: [...(exists ? [] : [path.posix.dirname(binary)]), ...(folderCreated ? [path.posix.dirname(layout.config)] : [])],
-      removeWhenDone: previousBinary && previousBinary !== binary ? [path.posix.dirname(previousBinary)] : [],
+      createdPaths: [...(exists ? [] : [payloadDir ?? path.posix.dirname(binary)]), ...(folderCreated ? [path.posix.dirname(layout.config)] : [])],
+      // A payload of a previous version goes once no process runs from it (collectPayloads).
+      removeWhenDone: previousBinary && previousBinary !== binary && !this.isPayload(previousBinary) ? [path.posix.dirname(previousBinary)] : [],
       stateToWrite: { file: stateFile(o), text: stateText },
       startedAt: new Date().toISOString(),
     } : undefined;
@@ -342,7 +419,10 @@ export class Installer {
     const undoBinary = () => {
       if (createdForBinary) this.removeAndPrune(createdForBinary);
     };
-    if (!exists || damaged) {
+    if (fetched.payload && (!exists || damaged)) {
+      createdForBinary = this.writePayload(fetched.payload.dir, versionOnHost, fetched.payload.digest, damaged);
+      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${payloadDir} (${treeFiles(fetched.payload.dir).length} files)`);
+    } else if (!exists || damaged) {
       if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
       writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
       // The new folders' entries too, up to the first folder that was there before.
@@ -383,8 +463,9 @@ export class Installer {
 
     writeAtomically(statePath(o), stateText, 0o600);
     await pauseForTests('state-written');
-    if (previousBinary && previousBinary !== binary) this.removeVersion(previousBinary);
+    if (previousBinary && previousBinary !== binary && !this.isPayload(previousBinary)) this.removeVersion(previousBinary);
     this.clearJournal(o.handler);
+    this.collectPayloads();
     this.rotateBackups();
     return {
       ...base,
@@ -460,7 +541,8 @@ export class Installer {
     this.removeAndPrune(onHost(o, shimsDir(o)));
     this.removeAndPrune(statePath(o));
     this.clearJournal(o.handler);
-    if (state) this.changed.push(`removed ${shimsDir(o)}`);
+    if (state) this.changed.push(`removed ${state.payloadDir ?? shimsDir(o)}`);
+    this.collectPayloads();
     if (!state && !removed.removed) return notInstalled;
     return { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
   }
@@ -485,8 +567,8 @@ export class Installer {
    * It finds our handler where another tool's TOML round trip dropped our markers.
    */
   private owns(state: InstallState | undefined): (runtimeType: string) => boolean {
-    const ours = shimsDir(this.o) + '/';
-    return runtimeType => runtimeType === state?.binary || runtimeType.startsWith(ours);
+    const ours = [shimsDir(this.o) + '/', payloadsDir(this.o) + '/'];
+    return runtimeType => runtimeType === state?.binary || ours.some(prefix => runtimeType.startsWith(prefix));
   }
 
   private journalFile(handler: string): string {
@@ -563,8 +645,8 @@ export class Installer {
 
   /** The binary the config gives our handler, when it is one of ours (under our shims folder). */
   private ownBinaryIn(configText: string, version: ConfigVersion): string | undefined {
-    const runtimeType = handlerRuntimeType(configText, version, this.o.handler);
-    return runtimeType?.startsWith(shimsDir(this.o) + '/') ? runtimeType : undefined;
+    const shim = handlerBinary(configText, version, this.o.handler);
+    return shim !== undefined && (shim.startsWith(shimsDir(this.o) + '/') || this.isPayload(shim)) ? shim : undefined;
   }
 
   /** What of the recorded install is no longer on the host (the binary, or the handler in the config); undefined when all is there. */
@@ -573,11 +655,14 @@ export class Installer {
     if (state.binarySha256 !== undefined && sha256Of(onHost(this.o, state.binary)) !== state.binarySha256) {
       return `its binary ${state.binary} is damaged (its sha256 is not the installed one's)`;
     }
+    if (state.payloadDir && state.payloadDigest && treeDigest(onHost(this.o, state.payloadDir)) !== state.payloadDigest) {
+      return `its payload ${state.payloadDir} is damaged or incomplete (its content is not the installed one's)`;
+    }
     const file = onHost(this.o, state.configFile);
     if (!fs.existsSync(file)) return `its config file ${state.configFile} is missing`;
     try {
-      const runtimeType = handlerRuntimeType(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler);
-      return runtimeType === state.binary ? undefined : `${state.configFile} does not name ${state.binary} for it`;
+      const shim = handlerBinary(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler);
+      return shim === state.binary ? undefined : `${state.configFile} does not name ${state.binary} for it`;
     } catch (e) {
       return `${state.configFile} cannot be read: ${(e as Error).message}`;
     }
@@ -587,11 +672,12 @@ export class Installer {
   private intact(state: InstallState, layout: DistroLayout): boolean {
     const file = onHost(this.o, state.configFile);
     if (state.configFile !== layout.config || !fs.existsSync(file) || !fs.existsSync(onHost(this.o, state.binary))) return false;
-    if (!sameOptions(state.runtimeOptions, this.o.runtimeOptions)) return false;
+    if (!sameOptions(state.runtimeOptions, this.o.runtimeOptions) || !sameHandlerShape(state, this.o)) return false;
     // The binary must still be the bytes installed (an older record, without the hash, is checked by installing again).
     if (state.binarySha256 === undefined || sha256Of(onHost(this.o, state.binary)) !== state.binarySha256) return false;
+    if (state.payloadDir && (!state.payloadDigest || treeDigest(onHost(this.o, state.payloadDir)) !== state.payloadDigest)) return false;
     try {
-      return handlerRuntimeType(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler) === state.binary;
+      return handlerBinary(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler) === state.binary;
     } catch {
       return false;
     }
@@ -641,6 +727,75 @@ export class Installer {
 
   private backupDir(): string {
     return onHost(this.o, path.join(this.o.installRoot, 'backups', this.o.handler));
+  }
+
+  /** Whether a host path lies in one of our payload folders (of any handler). */
+  private isPayload(hostPath: string): boolean {
+    return hostPath.startsWith(path.join(this.o.installRoot, 'payloads') + '/');
+  }
+
+  /**
+   * Copies an unpacked payload to its versioned folder: written beside it, synced, checked
+   * against its digest and renamed into place, so the folder is either whole or absent. A
+   * damaged folder is moved aside (processes may still run from it) and collected later.
+   * Returns the topmost folder this created (what an undo removes).
+   */
+  private writePayload(source: string, target: string, digest: string, damaged: boolean): string {
+    const parent = path.dirname(target);
+    const created = fs.mkdirSync(parent, { recursive: true });
+    const temporary = `${target}.partial-${process.pid}`;
+    fs.rmSync(temporary, { recursive: true, force: true });
+    fs.cpSync(source, temporary, { recursive: true, preserveTimestamps: true, verbatimSymlinks: true });
+    for (const rel of treeFiles(temporary)) {
+      const file = path.join(temporary, rel);
+      if (fs.lstatSync(file).isFile()) {
+        const fd = fs.openSync(file, 'r');
+        fs.fsyncSync(fd);
+        fs.closeSync(fd);
+      }
+    }
+    const written = treeDigest(temporary);
+    if (written !== digest) {
+      fs.rmSync(temporary, { recursive: true, force: true });
+      if (created) fs.rmSync(created, { recursive: true, force: true });
+      throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
+        `the payload copied to ${temporary} reads back with another content digest: the host's disk did not keep what was written`);
+    }
+    if (damaged) fs.renameSync(target, `${target}.damaged-${Date.now()}`);
+    fs.renameSync(temporary, target);
+    syncFolder(parent);
+    return created ?? target;
+  }
+
+  /**
+   * Removes payload versions no config refers to any more (neither this handler's current
+   * one nor another handler's) once no process on the host runs from them; those still in
+   * use stay for a later run. Old runsc or kata binaries must outlive their pods: a shim
+   * runs them again to stop or delete a container.
+   */
+  private collectPayloads(): void {
+    const root = path.join(this.o.installRoot, 'payloads');
+    const rootOnHost = onHost(this.o, root);
+    if (!fs.existsSync(rootOnHost)) return;
+    for (const handler of fs.readdirSync(rootOnHost)) {
+      const stateOf = onHost(this.o, path.join(this.o.installRoot, 'state', `${handler}.json`));
+      const parsed = fs.existsSync(stateOf) ? parseState(fs.readFileSync(stateOf, 'utf8'), handler, stateOf) : undefined;
+      // An unreadable record of another handler: its payloads are left alone.
+      if (parsed?.problem) continue;
+      const current = parsed?.state?.payloadDir;
+      if (fs.existsSync(onHost(this.o, this.journalFile(handler)))) continue;
+      for (const version of fs.readdirSync(path.join(rootOnHost, handler))) {
+        const hostFolder = path.join(root, handler, version);
+        if (hostFolder === current) continue;
+        const pid = folderInUse(hostFolder, onHost(this.o, hostFolder));
+        if (pid !== undefined) {
+          this.log.info('an old payload stays while a process runs from it', { payload: hostFolder, pid });
+          continue;
+        }
+        this.removeAndPrune(onHost(this.o, hostFolder));
+        this.changed.push(`removed unused payload ${hostFolder}`);
+      }
+    }
   }
 
   private removeVersion(binary: string): void {

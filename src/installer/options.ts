@@ -1,3 +1,4 @@
+import { HandlerSettings } from './containerd-config';
 import { badInput } from './errors';
 import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
 import { isDnsLabel, isSha256 } from '../shared/validation';
@@ -16,8 +17,21 @@ export interface InstallerOptions {
   readonly shimName: string;
   readonly location?: string;
   readonly platformLocations: Record<string, string>;
+  /** The artifact is a file here (copied out of an image by an init container), not a download. */
+  readonly artifactFile?: string;
+  /** Where that file came from (image and path), for messages and the record. */
+  readonly artifactOrigin?: string;
   readonly sha256?: string;
   readonly runtimeOptions: Record<string, string>;
+  /**
+   * The artifact is a payload of several files: the path of the shim inside it. Options may
+   * name files of the installed payload as `${PAYLOAD}/...`.
+   */
+  readonly payloadShim?: string;
+  /** runtime_type as a name (e.g. io.containerd.runc.v2), the shim given as runtime_path. */
+  readonly runtimeType?: string;
+  /** containerd's handler-level fields beside the options. */
+  readonly handlerSettings: HandlerSettings;
   readonly config?: string;
   readonly distro?: Distro;
   readonly restart: RestartMode;
@@ -43,8 +57,16 @@ export const FLAGS: FlagSpec[] = [
   { name: 'shim-name', arg: 'NAME', help: 'NAME in the binary containerd-shim-NAME-vN (default: the handler)' },
   { name: 'location', arg: 'URL', help: 'artifact URL (.tar.gz or bare binary) for any platform' },
   { name: 'platform-location', arg: 'OS/ARCH=URL', repeat: true, help: 'artifact URL for one platform (repeatable; wins over --location)' },
+  { name: 'artifact-file', arg: 'PATH', help: 'the artifact is this local file (e.g. copied out of an image by an init container) instead of a download' },
+  { name: 'artifact-origin', arg: 'TEXT', help: 'where --artifact-file came from (an image and path), for messages and the record' },
   { name: 'sha256', arg: 'HEX', help: 'expected sha256 of the artifact (strongly recommended)' },
-  { name: 'runtime-option', arg: 'KEY=VALUE', repeat: true, help: "option for the handler's options table (repeatable)" },
+  { name: 'runtime-option', arg: 'KEY=VALUE', repeat: true, help: "option for the handler's options table (repeatable); ${PAYLOAD} in a value is the installed payload's folder" },
+  { name: 'payload-shim', arg: 'PATH', help: 'the artifact is a payload of several files (.tar.gz) installed as one folder; PATH is its shim, relative to the payload' },
+  { name: 'runtime-type', arg: 'NAME', help: "runtime_type as a name (e.g. io.containerd.runc.v2), the shim then given as runtime_path: containerd passes that type's options" },
+  { name: 'pod-annotation', arg: 'GLOB', repeat: true, help: 'pod annotations passed to the runtime (pod_annotations; repeatable)' },
+  { name: 'container-annotation', arg: 'GLOB', repeat: true, help: 'container annotations passed to the runtime (container_annotations; repeatable)' },
+  { name: 'privileged-without-host-devices', arg: 'BOOL', help: "privileged pods of this handler do not get the host's devices (true or false)" },
+  { name: 'snapshotter', arg: 'NAME', help: "snapshotter of this handler's containers (containerd 1.7 and later)" },
   { name: 'config', arg: 'PATH', help: 'containerd config, relative to the host root (default: detected per distribution)' },
   { name: 'distro', arg: 'NAME', help: `containerd distribution: ${DISTROS.join(', ')} (default: detected)` },
   { name: 'restart', arg: 'MODE', help: 'systemd (default), command or none' },
@@ -64,7 +86,7 @@ export const FLAGS: FlagSpec[] = [
 ];
 
 export function helpText(): string {
-  const lines = FLAGS.map(f => `  --${f.name}${f.arg ? ' ' + f.arg : ''}`.padEnd(38) + f.help);
+  const lines = FLAGS.map(f => `  --${f.name}${f.arg ? ' ' + f.arg : ''} `.padEnd(38) + f.help);
   return [
     'Usage: rcm-node-installer install|uninstall|status [flags]',
     '',
@@ -121,7 +143,12 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
     }
     if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') throw badInput(`artifact location "${url}" must be http(s)`);
   }
-  if (command === 'install' && urls.length === 0) throw badInput('install needs --location or --platform-location');
+  const artifactFile = single['artifact-file'];
+  if (artifactFile !== undefined && (!artifactFile.startsWith('/') || artifactFile.split('/').includes('..'))) {
+    throw badInput(`--artifact-file: "${artifactFile}" must be an absolute path without '..'`);
+  }
+  if (artifactFile !== undefined && urls.length > 0) throw badInput('--artifact-file: give either a file or download locations, not both');
+  if (command === 'install' && urls.length === 0 && artifactFile === undefined) throw badInput('install needs --location, --platform-location or --artifact-file');
   const sha256 = single.sha256?.toLowerCase();
   if (sha256 !== undefined && !isSha256(sha256)) throw badInput(`--sha256: "${single.sha256}" is not 64 hex digits`);
 
@@ -129,6 +156,21 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
   for (const key of Object.keys(runtimeOptions)) {
     if (!/^[A-Za-z0-9_]+$/.test(key)) throw badInput(`--runtime-option: key "${key}" may only hold letters, digits and '_'`);
   }
+  const payloadShim = single['payload-shim'];
+  if (payloadShim !== undefined && (payloadShim === '' || payloadShim.startsWith('/') || payloadShim.split('/').some(p => p === '..' || p === '.' || p === ''))) {
+    throw badInput(`--payload-shim: "${payloadShim}" must be a relative path inside the payload, without '.', '..' or empty parts`);
+  }
+  for (const [key, value] of Object.entries(runtimeOptions)) {
+    if (/[\u0000-\u001f\u007f]/.test(value)) throw badInput(`--runtime-option: the value of "${key}" holds a control character (a newline would be read as another option)`);
+    if (value.includes('${PAYLOAD}') && payloadShim === undefined) {
+      throw badInput(`--runtime-option: "${key}" refers to \${PAYLOAD}, which only a payload (--payload-shim) has`);
+    }
+  }
+  const runtimeType = single['runtime-type'];
+  if (runtimeType !== undefined && !/^[a-z0-9]+(\.[a-z0-9_-]+)+$/.test(runtimeType)) {
+    throw badInput(`--runtime-type: "${runtimeType}" is not a runtime type name such as io.containerd.runc.v2`);
+  }
+  const handlerSettings = parseHandlerSettings(single, repeated);
   const distro = single.distro as Distro | undefined;
   if (distro !== undefined && !DISTROS.includes(distro)) throw badInput(`--distro: "${distro}" is not one of ${DISTROS.join(', ')}`);
   const restart = (single.restart ?? 'systemd') as RestartMode;
@@ -154,8 +196,13 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
     shimName,
     location: single.location,
     platformLocations,
+    artifactFile,
+    artifactOrigin: single['artifact-origin'],
     sha256,
     runtimeOptions,
+    payloadShim,
+    runtimeType,
+    handlerSettings,
     config: single.config,
     distro,
     restart,
@@ -181,4 +228,32 @@ export function artifactFor(options: InstallerOptions): string {
     throw badInput(`no artifact for platform ${options.platform} (have: ${Object.keys(options.platformLocations).join(', ') || 'none'})`);
   }
   return url;
+}
+
+const ANNOTATION_GLOB = /^[A-Za-z0-9*]([-A-Za-z0-9_.\/*]*[A-Za-z0-9*])?$/;
+
+/** containerd's handler-level fields, checked: each becomes a TOML value, never TOML text. */
+function parseHandlerSettings(single: Record<string, string>, repeated: Record<string, string[]>): HandlerSettings {
+  const globs = (flag: string): string[] | undefined => {
+    const values = repeated[flag];
+    for (const v of values ?? []) {
+      if (!ANNOTATION_GLOB.test(v) || v.length > 317) throw badInput(`--${flag}: "${v}" is not an annotation key or a glob of keys (letters, digits, '-', '_', '.', '/', '*')`);
+    }
+    return values && values.length > 0 ? values : undefined;
+  };
+  const privileged = single['privileged-without-host-devices'];
+  if (privileged !== undefined && privileged !== 'true' && privileged !== 'false') {
+    throw badInput(`--privileged-without-host-devices: "${privileged}" is not true or false`);
+  }
+  const snapshotter = single.snapshotter;
+  if (snapshotter !== undefined && !/^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$/.test(snapshotter)) {
+    throw badInput(`--snapshotter: "${snapshotter}" is not a snapshotter name (lowercase letters, digits, '-', '_', '.')`);
+  }
+  const settings: HandlerSettings = {
+    podAnnotations: globs('pod-annotation'),
+    containerAnnotations: globs('container-annotation'),
+    privilegedWithoutHostDevices: privileged === undefined ? undefined : privileged === 'true',
+    snapshotter,
+  };
+  return Object.fromEntries(Object.entries(settings).filter(([, v]) => v !== undefined));
 }

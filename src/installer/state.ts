@@ -5,7 +5,7 @@
 // the Shim's finalizer forever). An unusable record is reported and ignored; the installer
 // then goes by what containerd's config itself shows (our delimited block and the binary it
 // names).
-import { CONFIG_VERSIONS, ConfigVersion, EditRecord } from './containerd-config';
+import { CONFIG_VERSIONS, ConfigVersion, EditRecord, HandlerSettings } from './containerd-config';
 
 /** What this installer changed on the host, so that uninstall reverses exactly that. */
 export interface InstallState {
@@ -21,6 +21,14 @@ export interface InstallState {
   readonly runtimeOptions: Record<string, string>;
   /** Options taken from the node's config (the cgroup driver of its default runtime). */
   readonly inheritedOptions?: Record<string, string>;
+  /** runtime_type as a name; `binary` is then the runtime_path. */
+  readonly runtimeType?: string;
+  /** containerd's handler-level fields as written. */
+  readonly handlerSettings?: HandlerSettings;
+  /** A payload install: the shim's path inside it, its folder (a host path) and content digest. */
+  readonly payloadShim?: string;
+  readonly payloadDir?: string;
+  readonly payloadDigest?: string;
   readonly distro: string;
   /** Host path of the edited file. */
   readonly configFile: string;
@@ -58,6 +66,11 @@ export function parseState(text: string, handler: string, file: string): ParsedS
       runtimeOptions: isStringRecord(value.runtimeOptions) ? value.runtimeOptions : {},
       inheritedOptions: isStringRecord(value.inheritedOptions) ? value.inheritedOptions : undefined,
       binarySha256: typeof value.binarySha256 === 'string' ? value.binarySha256 : undefined,
+      runtimeType: typeof value.runtimeType === 'string' ? value.runtimeType : undefined,
+      handlerSettings: value.handlerSettings && typeof value.handlerSettings === 'object' && !Array.isArray(value.handlerSettings) ? value.handlerSettings : undefined,
+      payloadShim: typeof value.payloadShim === 'string' ? value.payloadShim : undefined,
+      payloadDir: typeof value.payloadDir === 'string' && value.payloadDir.startsWith('/') ? value.payloadDir : undefined,
+      payloadDigest: typeof value.payloadDigest === 'string' ? value.payloadDigest : undefined,
       configCreated: value.configCreated === true,
       configFolderCreated: value.configFolderCreated === true,
       edit: {
