@@ -112,6 +112,20 @@ export interface ShimSpec {
   readonly fetchStrategy: ShimSpecFetchStrategy;
 
   /**
+   * The artifact is a payload of several files (a .tar.gz), installed on each node as one versioned folder that is switched atomically; runtime options can name its files as ${PAYLOAD}/<path>. Without it the artifact is one shim binary.
+   *
+   * @schema ShimSpec#payload
+   */
+  readonly payload?: ShimSpecPayload;
+
+  /**
+   * containerd's handler-level fields beside the options, as Kata, gVisor and GPU runtimes set them.
+   *
+   * @schema ShimSpec#containerdRuntime
+   */
+  readonly containerdRuntime?: ShimSpecContainerdRuntime;
+
+  /**
    * The RuntimeClass that exposes the shim to pods.
    *
    * @schema ShimSpec#runtimeClass
@@ -156,6 +170,8 @@ export function toJson_ShimSpec(obj: ShimSpec | undefined): Record<string, any> 
   const result = {
     'nodeSelector': ((obj.nodeSelector) === undefined) ? undefined : (Object.entries(obj.nodeSelector).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {})),
     'fetchStrategy': toJson_ShimSpecFetchStrategy(obj.fetchStrategy),
+    'payload': toJson_ShimSpecPayload(obj.payload),
+    'containerdRuntime': toJson_ShimSpecContainerdRuntime(obj.containerdRuntime),
     'runtimeClass': toJson_ShimSpecRuntimeClass(obj.runtimeClass),
     'rolloutStrategy': toJson_ShimSpecRolloutStrategy(obj.rolloutStrategy),
     'containerdRuntimeOptions': ((obj.containerdRuntimeOptions) === undefined) ? undefined : (Object.entries(obj.containerdRuntimeOptions).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {})),
@@ -193,6 +209,13 @@ export interface ShimSpecFetchStrategy {
    * @schema ShimSpecFetchStrategy#platforms
    */
   readonly platforms?: ShimSpecFetchStrategyPlatforms[];
+
+  /**
+   * The artifact inside a container image (a .tar.gz or a bare binary at path), pulled by the kubelet on each node with the node's registry settings, so digests, private registries and mirrors work as for any pod. Not together with anonHttp or platforms.
+   *
+   * @schema ShimSpecFetchStrategy#image
+   */
+  readonly image?: ShimSpecFetchStrategyImage;
 }
 
 /**
@@ -205,6 +228,95 @@ export function toJson_ShimSpecFetchStrategy(obj: ShimSpecFetchStrategy | undefi
     'type': obj.type,
     'anonHttp': toJson_ShimSpecFetchStrategyAnonHttp(obj.anonHttp),
     'platforms': obj.platforms?.map(y => toJson_ShimSpecFetchStrategyPlatforms(y)),
+    'image': toJson_ShimSpecFetchStrategyImage(obj.image),
+  };
+  // filter undefined values
+  return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});
+}
+/* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+
+/**
+ * The artifact is a payload of several files (a .tar.gz), installed on each node as one versioned folder that is switched atomically; runtime options can name its files as ${PAYLOAD}/<path>. Without it the artifact is one shim binary.
+ *
+ * @schema ShimSpecPayload
+ */
+export interface ShimSpecPayload {
+  /**
+   * Path of the shim binary inside the payload, e.g. bin/containerd-shim-runc-v2.
+   *
+   * @schema ShimSpecPayload#shim
+   */
+  readonly shim: string;
+
+  /**
+   * The runtime type the shim implements (e.g. io.containerd.runc.v2). containerd then gets the shim as runtime_path and passes that type's options (runc's BinaryName, ...). Without it the shim's path is the runtime_type.
+   *
+   * @schema ShimSpecPayload#runtimeType
+   */
+  readonly runtimeType?: string;
+}
+
+/**
+ * Converts an object of type 'ShimSpecPayload' to JSON representation.
+ */
+/* eslint-disable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+export function toJson_ShimSpecPayload(obj: ShimSpecPayload | undefined): Record<string, any> | undefined {
+  if (obj === undefined) { return undefined; }
+  const result = {
+    'shim': obj.shim,
+    'runtimeType': obj.runtimeType,
+  };
+  // filter undefined values
+  return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});
+}
+/* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+
+/**
+ * containerd's handler-level fields beside the options, as Kata, gVisor and GPU runtimes set them.
+ *
+ * @schema ShimSpecContainerdRuntime
+ */
+export interface ShimSpecContainerdRuntime {
+  /**
+   * Pod annotations (keys or globs) passed to the runtime (pod_annotations).
+   *
+   * @schema ShimSpecContainerdRuntime#podAnnotations
+   */
+  readonly podAnnotations?: string[];
+
+  /**
+   * Container annotations (keys or globs) passed to the runtime (container_annotations).
+   *
+   * @schema ShimSpecContainerdRuntime#containerAnnotations
+   */
+  readonly containerAnnotations?: string[];
+
+  /**
+   * Privileged pods of this handler do not get the host's devices (privileged_without_host_devices), as VM-based runtimes need.
+   *
+   * @schema ShimSpecContainerdRuntime#privilegedWithoutHostDevices
+   */
+  readonly privilegedWithoutHostDevices?: boolean;
+
+  /**
+   * Snapshotter of this handler's containers (containerd 1.7 and later).
+   *
+   * @schema ShimSpecContainerdRuntime#snapshotter
+   */
+  readonly snapshotter?: string;
+}
+
+/**
+ * Converts an object of type 'ShimSpecContainerdRuntime' to JSON representation.
+ */
+/* eslint-disable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+export function toJson_ShimSpecContainerdRuntime(obj: ShimSpecContainerdRuntime | undefined): Record<string, any> | undefined {
+  if (obj === undefined) { return undefined; }
+  const result = {
+    'podAnnotations': obj.podAnnotations?.map(y => y),
+    'containerAnnotations': obj.containerAnnotations?.map(y => y),
+    'privilegedWithoutHostDevices': obj.privilegedWithoutHostDevices,
+    'snapshotter': obj.snapshotter,
   };
   // filter undefined values
   return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});
@@ -426,6 +538,58 @@ export function toJson_ShimSpecFetchStrategyPlatforms(obj: ShimSpecFetchStrategy
 /* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
 
 /**
+ * The artifact inside a container image (a .tar.gz or a bare binary at path), pulled by the kubelet on each node with the node's registry settings, so digests, private registries and mirrors work as for any pod. Not together with anonHttp or platforms.
+ *
+ * @schema ShimSpecFetchStrategyImage
+ */
+export interface ShimSpecFetchStrategyImage {
+  /**
+   * The image, by tag or (recommended) pinned by digest (name@sha256:...).
+   *
+   * @schema ShimSpecFetchStrategyImage#reference
+   */
+  readonly reference: string;
+
+  /**
+   * Absolute path of the artifact file inside the image.
+   *
+   * @schema ShimSpecFetchStrategyImage#path
+   */
+  readonly path: string;
+
+  /**
+   * Expected sha256 (lowercase hex) of the file at path.
+   *
+   * @schema ShimSpecFetchStrategyImage#sha256
+   */
+  readonly sha256?: string;
+
+  /**
+   * Secrets (in the controller's namespace, where installer Jobs run) for pulling the image; added to the controller's own installer pull secrets.
+   *
+   * @schema ShimSpecFetchStrategyImage#imagePullSecrets
+   */
+  readonly imagePullSecrets?: ShimSpecFetchStrategyImageImagePullSecrets[];
+}
+
+/**
+ * Converts an object of type 'ShimSpecFetchStrategyImage' to JSON representation.
+ */
+/* eslint-disable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+export function toJson_ShimSpecFetchStrategyImage(obj: ShimSpecFetchStrategyImage | undefined): Record<string, any> | undefined {
+  if (obj === undefined) { return undefined; }
+  const result = {
+    'reference': obj.reference,
+    'path': obj.path,
+    'sha256': obj.sha256,
+    'imagePullSecrets': obj.imagePullSecrets?.map(y => toJson_ShimSpecFetchStrategyImageImagePullSecrets(y)),
+  };
+  // filter undefined values
+  return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});
+}
+/* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+
+/**
  * Resources a pod of this RuntimeClass uses beyond its containers.
  *
  * @schema ShimSpecRuntimeClassOverhead
@@ -593,6 +757,30 @@ export function toJson_ShimSpecFetchStrategyAnonHttpPlatforms(obj: ShimSpecFetch
     'arch': obj.arch,
     'location': obj.location,
     'sha256': obj.sha256,
+  };
+  // filter undefined values
+  return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});
+}
+/* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+
+/**
+ * @schema ShimSpecFetchStrategyImageImagePullSecrets
+ */
+export interface ShimSpecFetchStrategyImageImagePullSecrets {
+  /**
+   * @schema ShimSpecFetchStrategyImageImagePullSecrets#name
+   */
+  readonly name: string;
+}
+
+/**
+ * Converts an object of type 'ShimSpecFetchStrategyImageImagePullSecrets' to JSON representation.
+ */
+/* eslint-disable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
+export function toJson_ShimSpecFetchStrategyImageImagePullSecrets(obj: ShimSpecFetchStrategyImageImagePullSecrets | undefined): Record<string, any> | undefined {
+  if (obj === undefined) { return undefined; }
+  const result = {
+    'name': obj.name,
   };
   // filter undefined values
   return Object.entries(result).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {});

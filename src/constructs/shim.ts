@@ -2,6 +2,7 @@ import { ApiObject, Lazy } from 'cdk8s';
 import { Construct, IConstruct } from 'constructs';
 import { SKIP_DRY_RUN, SYNC_OPTIONS_ANNOTATION, SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
 import { ContainerdRestart, Rollout } from './rollout';
+import { ContainerdHandlerSettings, ShimPayload } from './runtime-payload';
 import {
   Shim, ShimSpec, ShimSpecRolloutStrategyRollingMaxUpdate,
   ShimSpecRuntimeClassOverheadPodFixed,
@@ -28,6 +29,34 @@ export interface ShimPlatformArtifact {
    * @default - not verified; the node installer warns loudly
    */
   readonly sha256?: string;
+}
+
+/**
+ * A shim artifact inside a container image: the kubelet pulls the image on each node (so
+ * digests, private registries and the node's mirrors work as for any pod) and the installer
+ * takes the file at `path` from it.
+ */
+export interface ShimImageArtifact {
+  /**
+   * The image, by tag or (recommended) pinned by digest.
+   * @example 'ghcr.io/example/gvisor-payload@sha256:0123...'
+   */
+  readonly reference: string;
+  /**
+   * Absolute path of the artifact (a `.tar.gz` or a bare shim binary) inside the image.
+   * @example '/payload/gvisor.tar.gz'
+   */
+  readonly path: string;
+  /**
+   * Expected sha256 of the file at `path` (64 lowercase hex digits).
+   * @default - the file is not verified beyond the image digest
+   */
+  readonly sha256?: string;
+  /**
+   * Secrets (in the controller's namespace) for pulling the image.
+   * @default - the controller's installer pull secrets only
+   */
+  readonly imagePullSecrets?: string[];
 }
 
 /** A toleration added to pods of the shim's RuntimeClass and to its installer Jobs. */
@@ -91,6 +120,24 @@ export interface ShimConstructProps {
    * @default - only `location`
    */
   readonly platforms?: ShimPlatformArtifact[];
+  /**
+   * The artifact inside a container image instead of at an HTTP(S) location (not together
+   * with `location` or `platforms`).
+   * @default - downloaded from `location` or `platforms`
+   */
+  readonly image?: ShimImageArtifact;
+  /**
+   * The artifact is a payload of several files installed as one folder, rather than one
+   * shim binary.
+   * @default - a single shim binary
+   */
+  readonly payload?: ShimPayload;
+  /**
+   * containerd's handler-level fields (pod and container annotations, host devices of
+   * privileged pods, snapshotter).
+   * @default - containerd's defaults
+   */
+  readonly containerdRuntime?: ContainerdHandlerSettings;
   /**
    * Accept `http://` artifact locations. Without TLS anyone on the path can replace the
    * shim, so pair it with `sha256`.
@@ -163,6 +210,7 @@ export class ShimConstruct extends Construct {
   private readonly platforms: ShimPlatformArtifact[] = [];
   private readonly allowInsecureHttp: boolean;
   private readonly location?: string;
+  private readonly image?: ShimImageArtifact;
 
   constructor(scope: Construct, id: string, props: ShimConstructProps) {
     super(scope, id);
@@ -172,6 +220,7 @@ export class ShimConstruct extends Construct {
     validateProps(this.name, this.runtimeClassName, props);
     this.allowInsecureHttp = props.allowInsecureHttp ?? false;
     this.location = props.location;
+    this.image = props.image;
     for (const platform of props.platforms ?? []) this.addPlatform(platform);
 
     const spec: ShimSpec = {
@@ -182,7 +231,15 @@ export class ShimConstruct extends Construct {
         type: 'anonymousHttp',
         anonHttp: props.location !== undefined ? { location: props.location, sha256: props.sha256 } : undefined,
         platforms: Lazy.any({ produce: () => this.renderPlatforms() }) as any,
+        image: props.image ? {
+          reference: props.image.reference,
+          path: props.image.path,
+          sha256: props.image.sha256,
+          imagePullSecrets: props.image.imagePullSecrets?.map(name => ({ name })),
+        } : undefined,
       },
+      payload: props.payload ? { shim: props.payload.shim, runtimeType: props.payload.runtimeType } : undefined,
+      containerdRuntime: props.containerdRuntime ? { ...props.containerdRuntime } : undefined,
       runtimeClass: {
         name: this.runtimeClassName,
         handler: this.handler,
@@ -251,8 +308,11 @@ export class ShimConstruct extends Construct {
 
   private validateUniqueness(): string[] {
     const errors: string[] = [];
-    if (this.platforms.length === 0 && this.location === undefined) {
-      errors.push(`Shim "${this.name}": location: no artifact: set location or add at least one platform`);
+    if (this.platforms.length === 0 && this.location === undefined && this.image === undefined) {
+      errors.push(`Shim "${this.name}": location: no artifact: set location or image, or add at least one platform`);
+    }
+    if (this.image && (this.platforms.length > 0 || this.location !== undefined)) {
+      errors.push(`Shim "${this.name}": image: give either image or location/platforms, not both`);
     }
     for (const other of allShims(this)) {
       if (other === this) continue;
@@ -308,6 +368,8 @@ function validateProps(name: string, runtimeClassName: string, props: ShimConstr
     if (!isSha256(props.sha256)) throw new Error(`sha256: "${props.sha256}" is not 64 lowercase hex digits`);
     if (props.location === undefined) throw new Error('sha256: given without location (put per-platform checksums on the platform entries)');
   }
+  validateRuntimeShape(props.payload, props.containerdRuntime, props.runtimeOptions);
+  if (props.image) validateImage(props.image);
   for (const [resource, quantity] of Object.entries(props.overhead ?? {})) {
     if (!isQuantity(quantity)) throw new Error(`overhead.${resource}: "${quantity}" is not a Kubernetes quantity`);
   }
@@ -332,3 +394,48 @@ function validatePlatform(p: ShimPlatformArtifact, index: number, allowInsecureH
   if (p.sha256 !== undefined && !isSha256(p.sha256)) throw new Error(`${field}.sha256: "${p.sha256}" is not 64 lowercase hex digits`);
 }
 
+
+const IMAGE_REFERENCE = /^[a-z0-9]([-a-z0-9._/:]*[a-z0-9])?(@sha256:[a-f0-9]{64})?$/;
+const IMAGE_PATH = /^(\/[A-Za-z0-9._+-]+)+$/;
+
+function validateImage(image: ShimImageArtifact): void {
+  if (!IMAGE_REFERENCE.test(image.reference) || image.reference.length > 512) {
+    throw new Error(`image.reference: "${image.reference}" is not an image reference (name[:tag][@sha256:<64 hex>], lowercase)`);
+  }
+  if (!IMAGE_PATH.test(image.path) || image.path.split('/').includes('..')) throw new Error(`image.path: "${image.path}" is not an absolute path inside the image`);
+  if (image.sha256 !== undefined && !isSha256(image.sha256)) throw new Error(`image.sha256: "${image.sha256}" is not 64 lowercase hex digits`);
+  (image.imagePullSecrets ?? []).forEach((name, i) => {
+    if (!isDnsSubdomain(name)) throw new Error(`image.imagePullSecrets[${i}]: "${name}" is not a Secret name`);
+  });
+}
+
+const ANNOTATION_GLOB = /^[A-Za-z0-9*]([-A-Za-z0-9_./*]*[A-Za-z0-9*])?$/;
+const RUNTIME_TYPE = /^[a-z0-9]+(\.[a-z0-9_-]+)+$/;
+const PAYLOAD_PATH = /^[A-Za-z0-9_+-][A-Za-z0-9._+-]*(\/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)*$/;
+const SNAPSHOTTER = /^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$/;
+
+/** Throws naming the field when the payload or handler settings would be refused later. */
+function validateRuntimeShape(payload: ShimPayload | undefined, settings: ContainerdHandlerSettings | undefined,
+  options: { [key: string]: string } | undefined): void {
+  if (payload) {
+    if (!PAYLOAD_PATH.test(payload.shim) || payload.shim.split('/').some(p => p === '..')) {
+      throw new Error(`payload.shim: "${payload.shim}" is not a relative path inside the payload (no leading '/', no '..')`);
+    }
+    if (payload.runtimeType !== undefined && !RUNTIME_TYPE.test(payload.runtimeType)) {
+      throw new Error(`payload.runtimeType: "${payload.runtimeType}" is not a runtime type name such as io.containerd.runc.v2`);
+    }
+  }
+  for (const field of ['podAnnotations', 'containerAnnotations'] as const) {
+    (settings?.[field] ?? []).forEach((glob, i) => {
+      if (!ANNOTATION_GLOB.test(glob) || glob.length > 317) {
+        throw new Error(`containerdRuntime.${field}[${i}]: "${glob}" is not an annotation key or a glob of keys (letters, digits, '-', '_', '.', '/', '*')`);
+      }
+    });
+  }
+  if (settings?.snapshotter !== undefined && !SNAPSHOTTER.test(settings.snapshotter)) {
+    throw new Error(`containerdRuntime.snapshotter: "${settings.snapshotter}" is not a snapshotter name`);
+  }
+  for (const [key, value] of Object.entries(options ?? {})) {
+    if (value.includes('${PAYLOAD}') && !payload) throw new Error(`runtimeOptions.${key}: refers to \${PAYLOAD}, but the Shim has no payload`);
+  }
+}

@@ -2,7 +2,7 @@
 // Jobs carry no owner reference: the garbage collector must never delete an uninstall that
 // is restarting containerd (foreground deletion of the Shim would); the planner removes them.
 import { runtimeOptionsOf } from './planner';
-import { JobRequest, JobView, ShimObject } from './types';
+import { ImageArtifact, JobRequest, JobView, ShimObject } from './types';
 
 export const MANAGED_BY = 'rcm-controller';
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
@@ -25,6 +25,50 @@ export interface JobSettings {
   readonly defaultRestartCommand?: string;
   /** Extra variables of every installer pod (--installer-env), e.g. a proxy or a non-standard containerd path. */
   readonly installerEnv?: { name: string; value: string }[];
+  /** Pull secrets of every installer pod (for the installer image and artifacts in images). */
+  readonly imagePullSecrets?: string[];
+}
+
+/** A static busybox in the installer image: it copies an artifact out of an image that may have no shell at all. */
+export const COPY_TOOL = '/usr/local/lib/rcm/busybox';
+/** Where the installer finds an artifact copied out of an image. */
+export const ARTIFACT_FILE = '/rcm-artifact/artifact';
+
+/**
+ * Kubernetes 1.20 cannot mount an image as a volume: an init container from the artifact's
+ * image copies the file into an emptyDir with a static copy tool that a first init
+ * container put there from the installer image. The kubelet pulls the image, so digests,
+ * pull secrets and the node's registry mirrors apply as for any pod.
+ */
+function imageCopy(settings: JobSettings, image: ImageArtifact): { initContainers: any[]; volumes: any[] } {
+  const minimal = { requests: { cpu: '10m', memory: '16Mi' }, limits: { memory: '64Mi' } };
+  const security = { runAsUser: 0, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'], add: ['DAC_READ_SEARCH'] } };
+  return {
+    initContainers: [
+      {
+        name: 'copy-tool',
+        image: settings.image,
+        imagePullPolicy: settings.pullPolicy,
+        command: [COPY_TOOL, 'cp', COPY_TOOL, '/rcm-tools/busybox'],
+        securityContext: security,
+        resources: minimal,
+        volumeMounts: [{ name: 'rcm-tools', mountPath: '/rcm-tools' }],
+      },
+      {
+        name: 'artifact',
+        image: image.reference,
+        command: ['/rcm-tools/busybox', 'cp', '-L', image.path, ARTIFACT_FILE],
+        securityContext: security,
+        resources: minimal,
+        terminationMessagePolicy: 'FallbackToLogsOnError',
+        volumeMounts: [{ name: 'rcm-tools', mountPath: '/rcm-tools', readOnly: true }, { name: 'rcm-artifact', mountPath: '/rcm-artifact' }],
+      },
+    ],
+    volumes: [
+      { name: 'rcm-tools', emptyDir: { sizeLimit: '16Mi' } },
+      { name: 'rcm-artifact', emptyDir: { sizeLimit: '1Gi' } },
+    ],
+  };
 }
 
 export function installerJob(settings: JobSettings, shim: ShimObject, request: JobRequest): any {
@@ -40,13 +84,14 @@ export function installerJob(settings: JobSettings, shim: ShimObject, request: J
     { name: 'RCM_JSON_LOGS', value: 'true' },
   ];
   if (restart.command) env.push({ name: 'RCM_RESTART_COMMAND', value: restart.command });
-  if (artifact) {
-    env.push({ name: 'RCM_LOCATION', value: artifact.location });
-    if (artifact.sha256) env.push({ name: 'RCM_SHA256', value: artifact.sha256 });
+  if (artifact?.location) env.push({ name: 'RCM_LOCATION', value: artifact.location });
+  if (artifact?.image) {
+    env.push({ name: 'RCM_ARTIFACT_FILE', value: ARTIFACT_FILE });
+    env.push({ name: 'RCM_ARTIFACT_ORIGIN', value: `${artifact.image.reference}:${artifact.image.path}` });
   }
+  if (artifact?.sha256) env.push({ name: 'RCM_SHA256', value: artifact.sha256 });
   env.push(...settings.installerEnv ?? []);
-  const options = Object.entries(runtimeOptionsOf(spec)).map(([k, v]) => `${k}=${v}`);
-  if (operation === 'install' && options.length > 0) env.push({ name: 'RCM_RUNTIME_OPTION', value: options.join('\n') });
+  if (operation === 'install') env.push(...handlerEnv(spec));
 
   const labels = { [LABEL_MANAGED_BY]: MANAGED_BY, [LABEL_SHIM_UID]: shim.metadata.uid, [LABEL_BATCH]: request.batch };
   const annotations = {
@@ -58,6 +103,8 @@ export function installerJob(settings: JobSettings, shim: ShimObject, request: J
     [ANNOTATION_ATTEMPT]: String(request.attempt),
     ...(artifact?.sha256 ? { [ANNOTATION_SHA256]: artifact.sha256 } : {}),
   };
+  const copy = artifact?.image ? imageCopy(settings, artifact.image) : undefined;
+  const pullSecrets = [...new Set([...settings.imagePullSecrets ?? [], ...artifact?.image?.pullSecrets ?? []])];
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',
@@ -85,6 +132,8 @@ export function installerJob(settings: JobSettings, shim: ShimObject, request: J
           automountServiceAccountToken: false,
           enableServiceLinks: false,
           tolerations: spec.runtimeClass?.tolerations ?? [],
+          ...(pullSecrets.length > 0 ? { imagePullSecrets: pullSecrets.map(secret => ({ name: secret })) } : {}),
+          ...(copy ? { initContainers: copy.initContainers } : {}),
           containers: [{
             name: 'installer',
             image: settings.image,
@@ -93,14 +142,29 @@ export function installerJob(settings: JobSettings, shim: ShimObject, request: J
             env,
             securityContext: { privileged: true },
             terminationMessagePolicy: 'FallbackToLogsOnError',
-            volumeMounts: [{ name: 'host', mountPath: '/host' }],
+            volumeMounts: [{ name: 'host', mountPath: '/host' }, ...(copy ? [{ name: 'rcm-artifact', mountPath: '/rcm-artifact', readOnly: true }] : [])],
             resources: { requests: { cpu: '10m', memory: '64Mi' }, limits: { memory: '512Mi' } },
           }],
-          volumes: [{ name: 'host', hostPath: { path: '/', type: 'Directory' } }],
+          volumes: [{ name: 'host', hostPath: { path: '/', type: 'Directory' } }, ...copy?.volumes ?? []],
         },
       },
     },
   };
+}
+
+/** The installer's flags for the handler's shape: options, payload, runtime type and handler fields. */
+function handlerEnv(spec: ShimObject['spec']): { name: string; value: string }[] {
+  const env: { name: string; value: string }[] = [];
+  const options = Object.entries(runtimeOptionsOf(spec)).map(([k, v]) => `${k}=${v}`);
+  if (options.length > 0) env.push({ name: 'RCM_RUNTIME_OPTION', value: options.join('\n') });
+  if (spec.payload) env.push({ name: 'RCM_PAYLOAD_SHIM', value: spec.payload.shim });
+  if (spec.payload?.runtimeType) env.push({ name: 'RCM_RUNTIME_TYPE', value: spec.payload.runtimeType });
+  const handler = spec.containerdRuntime ?? {};
+  if (handler.podAnnotations?.length) env.push({ name: 'RCM_POD_ANNOTATION', value: handler.podAnnotations.join('\n') });
+  if (handler.containerAnnotations?.length) env.push({ name: 'RCM_CONTAINER_ANNOTATION', value: handler.containerAnnotations.join('\n') });
+  if (handler.privilegedWithoutHostDevices !== undefined) env.push({ name: 'RCM_PRIVILEGED_WITHOUT_HOST_DEVICES', value: String(handler.privilegedWithoutHostDevices) });
+  if (handler.snapshotter) env.push({ name: 'RCM_SNAPSHOTTER', value: handler.snapshotter });
+  return env;
 }
 
 function parseResult(message: string | undefined): JobView['result'] {

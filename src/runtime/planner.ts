@@ -10,7 +10,8 @@ import * as crypto from 'crypto';
 import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation } from './node-record';
 import { planRuntimeClass } from './runtime-class';
 import {
-  Action, Condition, FailedNode, FailureRecord, JobRequest, JobView, NodeRecord, NodeView, Operation, Plan, RetryPolicy, RuntimeClassView,
+  Action, Condition, FailedNode, FailureRecord, JobRequest, JobView, NodeArtifact, NodeRecord, NodeView, Operation, Plan, RetryPolicy,
+  RuntimeClassView,
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
 import { ShimNodeLabels } from '../shared/node-labels';
@@ -54,8 +55,22 @@ export function revisionOf(spec: ShimSpec): string {
   const anon = spec.fetchStrategy?.anonHttp ?? {};
   const platforms = platformsOf(spec).map(p => [p.os, p.arch, p.location, p.sha256 ?? ''])
     .sort((a, b) => (a.join('/') < b.join('/') ? -1 : 1));
-  return hash(anon.location ?? '', anon.sha256 ?? '', platforms, spec.runtimeClass?.handler, options).slice(0, 10);
+  // Fields added later count only when set: a Shim that does not use them keeps its revision
+  // across controller upgrades (a new revision would reinstall every node).
+  const image = spec.fetchStrategy?.image;
+  const later = [
+    ...(image ? [['image', image.reference, image.path, image.sha256 ?? '']] : []),
+    ...(spec.payload ? [['payload', spec.payload.shim, spec.payload.runtimeType ?? '']] : []),
+    ...(spec.containerdRuntime ? [['containerdRuntime', canonical(spec.containerdRuntime)]] : []),
+  ];
+  return hash(anon.location ?? '', anon.sha256 ?? '', platforms, spec.runtimeClass?.handler, options, ...later).slice(0, 10);
 }
+
+/** JSON with sorted keys: the same settings give the same text. */
+function canonical(value: object): string {
+  return JSON.stringify(Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined).sort(([a], [b]) => (a < b ? -1 : 1))));
+}
+
 
 /**
  * Every per-platform artifact, with architectures as nodes label them: the upstream shape
@@ -82,7 +97,12 @@ export function platformOf(node: NodeView): string {
 }
 
 /** The artifact for a node: the entry for its platform, else the generic location. */
-export function artifactFor(spec: ShimSpec, node: NodeView): { location: string; sha256?: string } | undefined {
+export function artifactFor(spec: ShimSpec, node: NodeView): NodeArtifact | undefined {
+  const image = spec.fetchStrategy?.image;
+  if (image) {
+    const pullSecrets = (image.imagePullSecrets ?? []).map(secret => secret.name);
+    return { image: { reference: image.reference, path: image.path, pullSecrets }, sha256: image.sha256 };
+  }
   const anon = spec.fetchStrategy?.anonHttp ?? {};
   const platform = platformOf(node);
   const match = platformsOf(spec).find(p => `${p.os}/${p.arch}` === platform);
@@ -129,8 +149,25 @@ export function invalidReason(shim: ShimObject, others: ShimObject[], selected: 
       return `RuntimeClass "${shim.spec.runtimeClass.name}" is already claimed by Shim "${other.metadata.name}"`;
     }
   }
+  const problem = specProblem(shim.spec);
+  if (problem) return problem;
   for (const node of selected) {
     if (!artifactFor(shim.spec, node)) return `no artifact for platform ${platformOf(node)} of node ${node.name}`;
+  }
+  return undefined;
+}
+
+/** What in the spec itself the API server's schema cannot refuse but the node would. */
+function specProblem(spec: ShimSpec): string | undefined {
+  const fetch = spec.fetchStrategy;
+  if (fetch?.image && (fetch.anonHttp || fetch.platforms?.length)) {
+    return 'fetchStrategy: give either image or anonHttp/platforms, not both';
+  }
+  for (const [key, value] of Object.entries(runtimeOptionsOf(spec))) {
+    if (!/^[A-Za-z0-9_]+$/.test(key)) return `runtime option key "${key}" may only hold letters, digits and '_'`;
+    // A newline would reach the node as a second option (the installer reads one per line).
+    if (/[\u0000-\u001f\u007f]/.test(value)) return `runtime option "${key}" holds a control character (such as a newline)`;
+    if (value.includes('${PAYLOAD}') && !spec.payload) return `runtime option "${key}" refers to \${PAYLOAD}, but the Shim has no payload`;
   }
   return undefined;
 }

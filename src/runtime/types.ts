@@ -161,7 +161,7 @@ export interface JobRequest {
   readonly revision: string;
   readonly attempt: number;
   readonly batch: string;
-  readonly artifact?: { location: string; sha256?: string };
+  readonly artifact?: NodeArtifact;
 }
 
 export type Action =
@@ -197,4 +197,18 @@ export interface RetryPolicy {
   readonly maxSeconds: number;
   /** Failed attempts after which a node counts as failed: Degraded, and the rollout stops. */
   readonly failureThreshold: number;
+}
+
+/** An artifact inside a container image (pulled by the kubelet for the installer Job). */
+export interface ImageArtifact {
+  readonly reference: string;
+  readonly path: string;
+  readonly pullSecrets: string[];
+}
+
+/** Where one node's artifact comes from: an HTTP(S) location, or a file in an image. */
+export interface NodeArtifact {
+  readonly location?: string;
+  readonly image?: ImageArtifact;
+  readonly sha256?: string;
 }

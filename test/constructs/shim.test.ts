@@ -1,5 +1,5 @@
 import { App, Chart, Testing } from 'cdk8s';
-import { ContainerdRestart, MaxUpdate, Rollout, ShimConstruct, ShimConstructProps, ShimNodeLabels } from '../../src';
+import { ContainerdRestart, MaxUpdate, Rollout, RuntimeOverhead, ShimConstruct, ShimConstructProps, ShimNodeLabels } from '../../src';
 
 const SHA = 'a'.repeat(64);
 const BASE: ShimConstructProps = { handler: 'spin', location: 'https://example.com/spin.tar.gz', sha256: SHA };
@@ -96,6 +96,25 @@ describe('ShimConstruct', () => {
       .toBe('http://127.0.0.1:8080/shim.tgz');
   });
 
+  test('a gVisor-like payload from an image pinned by digest, with handler fields and an overhead preset', () => {
+    // GIVEN a runtime of several files, shipped in an image, driven by the runc shim
+    const reference = 'registry.example/gvisor-payload@sha256:' + 'c'.repeat(64);
+    const { spec, runtimeClass } = synthShim({
+      handler: 'gvisor',
+      image: { reference, path: '/payload/gvisor.tgz', sha256: SHA, imagePullSecrets: ['regcred'] },
+      payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
+      runtimeOptions: { BinaryName: '${PAYLOAD}/bin/runsc-wrapper' },
+      containerdRuntime: { podAnnotations: ['dev.gvisor.*'], privilegedWithoutHostDevices: true },
+      overhead: RuntimeOverhead.KATA_QEMU,
+    }, 'gvisor');
+    // THEN the Shim carries each, in the CRD's shape
+    expect(spec.fetchStrategy).toEqual({ type: 'anonymousHttp', image: { reference, path: '/payload/gvisor.tgz', sha256: SHA, imagePullSecrets: [{ name: 'regcred' }] } });
+    expect(spec.payload).toEqual({ shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' });
+    expect(spec.containerdRuntime).toEqual({ podAnnotations: ['dev.gvisor.*'], privilegedWithoutHostDevices: true });
+    expect(spec.containerdRuntimeOptions).toEqual({ BinaryName: '${PAYLOAD}/bin/runsc-wrapper' });
+    expect(runtimeClass.overhead).toEqual({ podFixed: { memory: '160Mi', cpu: '250m' } });
+  });
+
   describe('rejects bad props with a message naming the field', () => {
     const CASES: [string, Partial<ShimConstructProps> & { id?: string }, RegExp][] = [
       ['a name that is not a DNS label', { name: 'Spin_V2' }, /^name: "Spin_V2" is not a DNS label/],
@@ -139,6 +158,30 @@ describe('ShimConstruct', () => {
     });
   });
 
+  describe('rejects bad payloads, images and handler fields, naming the field', () => {
+    const image = { reference: 'registry.example/x:1', path: '/x.tgz' };
+    test.each<[string, Partial<ShimConstructProps>, RegExp]>([
+      ['a payload shim outside the payload', { payload: { shim: '../bin/x' } }, /payload.shim: "..\/bin\/x" is not a relative path inside the payload/],
+      ['an absolute payload shim', { payload: { shim: '/bin/x' } }, /payload.shim: "\/bin\/x"/],
+      ['a runtime type that is a path', { payload: { shim: 'x', runtimeType: '/usr/bin/x' } }, /payload.runtimeType: "\/usr\/bin\/x" is not a runtime type name/],
+      ['${PAYLOAD} without a payload', { runtimeOptions: { BinaryName: '${PAYLOAD}/runsc' } }, /runtimeOptions.BinaryName: refers to \$\{PAYLOAD\}, but the Shim has no payload/],
+      ['an annotation glob with TOML in it', { containerdRuntime: { podAnnotations: ['ok/*', 'a"]'] } }, /containerdRuntime.podAnnotations\[1\]: "a"\]" is not an annotation key/],
+      ['a bad snapshotter', { containerdRuntime: { snapshotter: 'Over Lay' } }, /containerdRuntime.snapshotter: "Over Lay" is not a snapshotter name/],
+      ['an image reference with upper case', { location: undefined, sha256: undefined, image: { ...image, reference: 'Registry/X' } }, /image.reference: "Registry\/X" is not an image reference/],
+      ['a relative image path', { location: undefined, sha256: undefined, image: { ...image, path: 'x.tgz' } }, /image.path: "x.tgz" is not an absolute path inside the image/],
+      ['a bad image sha256', { location: undefined, sha256: undefined, image: { ...image, sha256: 'nope' } }, /image.sha256: "nope" is not 64 lowercase hex digits/],
+      ['a bad pull secret name', { location: undefined, sha256: undefined, image: { ...image, imagePullSecrets: ['Bad_Name'] } }, /image.imagePullSecrets\[0\]: "Bad_Name" is not a Secret name/],
+    ])('%s', (_what, props, message) => {
+      expect(() => new ShimConstruct(Testing.chart(), 'spin', { ...BASE, ...props })).toThrow(message);
+    });
+
+    test('an image together with a location fails synth', () => {
+      const chart = Testing.chart();
+      new ShimConstruct(chart, 'spin', { ...BASE, image: { reference: 'registry.example/x:1', path: '/x.tgz' } });
+      expect(() => Testing.synth(chart)).toThrow(/Shim "spin": image: give either image or location\/platforms, not both/);
+    });
+  });
+
   describe('app-wide rules fail synth', () => {
     function twoShims(first: ShimConstructProps, second: ShimConstructProps): App {
       const app = Testing.app();
@@ -152,7 +195,7 @@ describe('ShimConstruct', () => {
     test('no artifact at all', () => {
       const chart = Testing.chart();
       new ShimConstruct(chart, 'spin', { handler: 'spin' });
-      expect(() => Testing.synth(chart)).toThrow(/Shim "spin": location: no artifact: set location or add at least one platform/);
+      expect(() => Testing.synth(chart)).toThrow(/Shim "spin": location: no artifact: set location or image, or add at least one platform/);
     });
 
     test('duplicate handlers across charts of one app', () => {

@@ -1,4 +1,4 @@
-import { jobView } from '../../src/runtime/jobs';
+import { ARTIFACT_FILE, installerJob, jobView } from '../../src/runtime/jobs';
 
 // From a Job and its pods (as the caches hold them) to what the planner sees.
 
@@ -27,4 +27,58 @@ test('a failed Job whose pod has not reached the cache yet waits for the install
 test('a Job that failed for want of a pod (deadline) is judged at once', () => {
   const deadline = job({ conditions: [{ type: 'Failed', status: 'True', reason: 'DeadlineExceeded', message: 'Job was active longer than specified deadline', lastTransitionTime: '2026-11-22T00:00:00Z' }] });
   expect(jobView(deadline, [], T0 + 1000)).toMatchObject({ phase: 'failed', result: { message: expect.stringMatching(/^DeadlineExceeded/) } });
+});
+
+describe('the installer Job', () => {
+  const settings = { namespace: 'rcm', image: 'rcm-node-installer:1', pullPolicy: 'IfNotPresent', ttlSeconds: 600, defaultRestartMode: 'systemd', imagePullSecrets: ['installer-cred'] };
+  const shimObject = (spec: object): any => ({
+    metadata: { name: 'gvisor', uid: 'u1' },
+    spec: { runtimeClass: { name: 'gvisor', handler: 'gvisor' }, ...spec },
+  });
+  const request = (artifact: object): any => ({ name: 'rcm-gvisor-i-1', node: 'n1', operation: 'install', handler: 'gvisor', revision: 'r1', attempt: 1, batch: 'b1', artifact });
+  const envOf = (j: any) => Object.fromEntries(j.spec.template.spec.containers[0].env.map((e: any) => [e.name, e.value]));
+
+  test('a payload with handler fields reaches the installer as its flags', () => {
+    // GIVEN a Shim with a payload, a runtime type, options naming payload files and handler fields
+    const shim = shimObject({
+      payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
+      containerdRuntimeOptions: { BinaryName: '${PAYLOAD}/bin/runsc' },
+      containerdRuntime: { podAnnotations: ['dev.gvisor.*'], containerAnnotations: ['a/*', 'b/*'], privilegedWithoutHostDevices: true, snapshotter: 'native' },
+    });
+    // WHEN its install Job is rendered
+    const env = envOf(installerJob(settings, shim, request({ location: 'https://e.com/gvisor.tgz' })));
+    // THEN each becomes the installer's variable
+    expect(env).toMatchObject({
+      RCM_LOCATION: 'https://e.com/gvisor.tgz',
+      RCM_PAYLOAD_SHIM: 'bin/containerd-shim-runc-v2',
+      RCM_RUNTIME_TYPE: 'io.containerd.runc.v2',
+      RCM_RUNTIME_OPTION: 'BinaryName=${PAYLOAD}/bin/runsc',
+      RCM_POD_ANNOTATION: 'dev.gvisor.*',
+      RCM_CONTAINER_ANNOTATION: 'a/*\nb/*',
+      RCM_PRIVILEGED_WITHOUT_HOST_DEVICES: 'true',
+      RCM_SNAPSHOTTER: 'native',
+    });
+  });
+
+  test('an artifact in an image is copied out by init containers and read from a volume; pull secrets of both kinds apply', () => {
+    // GIVEN an artifact in a private image pinned by digest
+    const reference = 'registry.example/gvisor-payload@sha256:' + 'c'.repeat(64);
+    const rendered = installerJob(settings, shimObject({}), request({ image: { reference, path: '/payload/gvisor.tgz', pullSecrets: ['payload-cred', 'installer-cred'] }, sha256: 'd'.repeat(64) }));
+    const pod = rendered.spec.template.spec;
+    // THEN the copy tool comes from the installer image and the artifact from its own image, by digest
+    expect(pod.initContainers.map((c: any) => [c.name, c.image])).toEqual([['copy-tool', 'rcm-node-installer:1'], ['artifact', reference]]);
+    expect(pod.initContainers[1].command).toEqual(['/rcm-tools/busybox', 'cp', '-L', '/payload/gvisor.tgz', ARTIFACT_FILE]);
+    // AND the installer reads the copy, checks its sha256, and names the image in its messages
+    expect(envOf(rendered)).toMatchObject({ RCM_ARTIFACT_FILE: ARTIFACT_FILE, RCM_SHA256: 'd'.repeat(64), RCM_ARTIFACT_ORIGIN: `${reference}:/payload/gvisor.tgz` });
+    expect(envOf(rendered).RCM_LOCATION).toBeUndefined();
+    expect(pod.containers[0].volumeMounts).toContainEqual({ name: 'rcm-artifact', mountPath: '/rcm-artifact', readOnly: true });
+    // AND the controller's and the Shim's pull secrets are both there, once each
+    expect(pod.imagePullSecrets).toEqual([{ name: 'installer-cred' }, { name: 'payload-cred' }]);
+  });
+
+  test('an uninstall carries no artifact, options or init containers', () => {
+    const rendered = installerJob(settings, shimObject({ containerdRuntimeOptions: { A: 'b' }, payload: { shim: 'x' } }), { ...request(undefined), operation: 'uninstall' });
+    expect(rendered.spec.template.spec.initContainers).toBeUndefined();
+    expect(Object.keys(envOf(rendered)).filter(k => /LOCATION|ARTIFACT|OPTION|PAYLOAD/.test(k))).toEqual([]);
+  });
 });

@@ -513,8 +513,24 @@ describe('revisions', () => {
     ['handler', { runtimeClass: { name: 'spin', handler: 'spin2' } }],
     ['runtime options', { containerdRuntimeOptions: { SystemdCgroup: 'true' } }],
     ['runtime options alias', { runtimeOptions: { SystemdCgroup: 'true' } }],
+    ['payload', { payload: { shim: 'bin/containerd-shim-runc-v2' } }],
+    ['payload runtime type', { payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' } }],
+    ['handler fields', { containerdRuntime: { privilegedWithoutHostDevices: true } }],
+    ['image', { fetchStrategy: { image: { reference: 'r.io/gvisor@sha256:' + 'c'.repeat(64), path: '/payload.tgz' } } }],
   ])('a change of %s is a new revision', (_what, spec) => {
     expect(revisionOf(shim(spec).spec)).not.toBe(revisionOf(shim().spec));
+  });
+
+  test('fields added later leave the revision of a Shim that does not use them as it was', () => {
+    // GIVEN the revision an earlier controller computed for a plain Shim (pinned: a change here reinstalls every node on upgrade)
+    expect(revisionOf(shim().spec)).toBe(revisionOf(shim({ payload: undefined, containerdRuntime: undefined }).spec));
+    expect(revisionOf(shim().spec)).toMatchSnapshot();
+  });
+
+  test('handler fields in another order are the same revision', () => {
+    const a = shim({ containerdRuntime: { podAnnotations: ['a/*'], snapshotter: 'native' } });
+    const b = shim({ containerdRuntime: { snapshotter: 'native', podAnnotations: ['a/*'] } });
+    expect(revisionOf(a.spec)).toBe(revisionOf(b.spec));
   });
 
   test('a change of nodeSelector, rollout or restart mode is not', () => {
@@ -544,6 +560,12 @@ describe('per-platform artifacts and validity', () => {
       .toBe(revisionOf(shim({ fetchStrategy: { platforms: [{ ...entry, arch: 'amd64' }] } }).spec));
   });
 
+  test('an artifact in an image goes to every node with its pull secrets, whatever the platform', () => {
+    const image = { reference: 'r.io/gvisor@sha256:' + 'c'.repeat(64), path: '/payload.tgz', sha256: 'd'.repeat(64), imagePullSecrets: [{ name: 'regcred' }] };
+    const { actions } = run({ shim: shim({ fetchStrategy: { image } }), nodes: [node('arm', { 'kubernetes.io/arch': 'arm64' })] });
+    expect(kinds(actions, 'createJob')[0].job.artifact).toEqual({ image: { reference: image.reference, path: '/payload.tgz', pullSecrets: ['regcred'] }, sha256: 'd'.repeat(64) });
+  });
+
   test('each node gets its platform artifact', () => {
     const { actions } = run({ shim: shim({ fetchStrategy: platforms }), nodes: [node('arm', { 'kubernetes.io/arch': 'arm64' })] });
     expect(kinds(actions, 'createJob')[0].job.artifact).toEqual({ location: 'https://e.com/arm.tgz', sha256: 'b'.repeat(64) });
@@ -554,6 +576,11 @@ describe('per-platform artifacts and validity', () => {
     ['a handler claimed by an older Shim', shim(), [shim({}, { name: 'older', creationTimestamp: '2025-01-01T00:00:00Z' })], /handler "spin" is already claimed by Shim "older"/],
     ['a RuntimeClass claimed by an older Shim', shim(), [shim({ runtimeClass: { name: 'spin', handler: 'other' } }, { name: 'older', creationTimestamp: '2025-01-01T00:00:00Z' })], /RuntimeClass "spin" is already claimed/],
     ['a bad handler', shim({ runtimeClass: { name: 'spin', handler: 'Bad_Handler' } }), [], /handler "Bad_Handler" is not a DNS label/],
+    ['an image and HTTP locations at once', shim({ fetchStrategy: { anonHttp: { location: 'https://e.com/a.tgz' }, image: { reference: 'r.io/x:1', path: '/x.tgz' } } }), [],
+      /give either image or anonHttp\/platforms, not both/],
+    ['an option value with a newline', shim({ containerdRuntimeOptions: { BinaryName: '/a\nSystemdCgroup=true' } }), [], /runtime option "BinaryName" holds a control character/],
+    ['an option key the installer refuses', shim({ containerdRuntimeOptions: { 'a.b': 'x' } }), [], /runtime option key "a.b" may only hold letters, digits and '_'/],
+    ['${PAYLOAD} without a payload', shim({ containerdRuntimeOptions: { BinaryName: '${PAYLOAD}/runsc' } }), [], /refers to \$\{PAYLOAD\}, but the Shim has no payload/],
   ])('%s: a condition and an event, nothing done', (_what, s, otherShims, message) => {
     const { actions, status } = run({ shim: s, nodes: [node('x')], otherShims });
     expect(kinds(actions, 'createJob')).toEqual([]);

@@ -43,8 +43,10 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
   }, controller);
   await buildOciImage({
     name: INSTALLER_IMAGE,
-    // nsenter for host commands, flock for the host lock (both util-linux, as in the Dockerfile's base).
+    // nsenter for host commands, flock for the host lock (both util-linux, as in the Dockerfile's base),
+    // and a static busybox that copies artifacts out of images without a shell (Debian's busybox-static).
     files: [...node, ...withLibraries('/usr/bin/nsenter', '/usr/bin/nsenter'), ...withLibraries('/usr/bin/flock', '/usr/bin/flock'),
+      { source: '/bin/busybox', target: '/usr/local/lib/rcm/busybox', mode: 0o755 },
       { source: path.join(dir, 'rcm-node-installer.js'), target: '/usr/local/lib/rcm/rcm-node-installer.js', mode: 0o644 }],
     directories: ['/tmp'],
     entrypoint: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-installer.js'],
