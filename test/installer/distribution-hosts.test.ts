@@ -4,6 +4,7 @@ import * as path from 'path';
 import { parse } from 'smol-toml';
 import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
 import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
+import { renderK3sConfig } from '../support/k3s';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // The distributions' own layouts, with containerd only where each distribution keeps it
@@ -65,11 +66,7 @@ function rancherInit(d: Rancher, template: string): string {
   return `
     D=${d.etc}
     while true; do
-      if [ -f $D/${template} ]; then
-        sed -e '/{{ template "base" . }}/{' -e "r $D/base.toml" -e 'd' -e '}' $D/${template} > $D/config.toml
-      else
-        cp $D/base.toml $D/config.toml
-      fi
+      ${renderK3sConfig('$D', template, '$D/base.toml')}
       ${d.bin}/containerd --config $D/config.toml >> /var/log/containerd.log 2>&1 &
       echo $! > /run/rancher-containerd.pid
       wait $!

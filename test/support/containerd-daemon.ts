@@ -48,18 +48,7 @@ export async function startContainerd(binary = '/usr/bin/containerd', folder?: s
   fs.mkdirSync(path.dirname(config), { recursive: true });
   fs.mkdirSync(path.dirname(socket), { recursive: true });
   const defaults = execFileSync(binary, ['config', 'default'], { encoding: 'utf8' });
-  fs.writeFileSync(config, defaults
-    .replace(/^root = .*$/m, `root = "${path.join(dir, 'root')}"`)
-    .replace(/^state = .*$/m, `state = "${path.join(dir, 'state')}"`)
-    .replace(/(\[grpc\][^[]*?address = )"[^"]*"/, `$1"${socket}"`)
-    .replace(/(\[ttrpc\][^[]*?address = )"[^"]*"/, `$1"${socket}.ttrpc"`)
-    .replace(/(\[debug\][^[]*?address = )"[^"]*"/, '$1""')
-    .replace(/(\[metrics\][^[]*?address = )"[^"]*"/, '$1""')
-    // This machine refuses oom_score_adj -998: without this every pod sandbox fails.
-    .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true')
-    .replace(/sandbox_image = "[^"]*"/, cri ? `sandbox_image = "${cri.sandboxImage}"` : '$&')
-    .replace(/(\.cni\][^[]*?bin_dir = )"[^"]*"/, cri ? `$1"${cri.cniBinDir}"` : '$&')
-    .replace(/(\.cni\][^[]*?conf_dir = )"[^"]*"/, cri ? `$1"${cri.cniConfDir}"` : '$&'));
+  fs.writeFileSync(config, containerdConfigFor(defaults, { root: path.join(dir, 'root'), state: path.join(dir, 'state'), socket }, cri));
 
   // The supervisor: a shell loop that records the daemon's pid and restarts it on exit.
   const supervisor = spawn('bash', ['-c', `
@@ -93,6 +82,30 @@ export async function startContainerd(binary = '/usr/bin/containerd', folder?: s
   const restartCommand = `old=$(cat ${pidFile}); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done`;
   const pid = () => Number(fs.readFileSync(pidFile, 'utf8'));
   return { dir, config, socket, log, restartCommand, supervisorPid: supervisor.pid!, pid, ctr, waitReady, stop };
+}
+
+/**
+ * containerd's default config (`containerd config default` of some version) made to run on
+ * this machine: its root, state and sockets moved to the given paths, debug and metrics
+ * listeners off, the oom_score_adj this machine refuses turned off (without it every pod
+ * sandbox fails) and, for a kubelet, the CRI's sandbox image and CNI folders.
+ */
+export function containerdConfigFor(defaults: string, paths: { root: string; state: string; socket: string }, cri?: CriSettings): string {
+  let text = defaults
+    .replace(/^root = .*$/m, `root = "${paths.root}"`)
+    .replace(/^state = .*$/m, `state = "${paths.state}"`)
+    .replace(/(\[grpc\][^[]*?address = )(["'])[^"']*\2/, `$1"${paths.socket}"`)
+    .replace(/(\[ttrpc\][^[]*?address = )(["'])[^"']*\2/, `$1"${paths.socket}.ttrpc"`)
+    .replace(/(\[debug\][^[]*?address = )(["'])[^"']*\2/, '$1""')
+    .replace(/(\[metrics\][^[]*?address = )(["'])[^"']*\2/, '$1""')
+    .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true');
+  if (cri) {
+    text = text
+      .replace(/sandbox_image = "[^"]*"/, `sandbox_image = "${cri.sandboxImage}"`)
+      .replace(/(\.cni\][^[]*?bin_dir = )"[^"]*"/, `$1"${cri.cniBinDir}"`)
+      .replace(/(\.cni\][^[]*?conf_dir = )"[^"]*"/, `$1"${cri.cniConfDir}"`);
+  }
+  return text;
 }
 
 async function stopSupervisor(supervisor: ChildProcess, pidFile: string): Promise<void> {

@@ -2,6 +2,7 @@ import { ChildProcess, execFileSync, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
+import { containerdConfigFor } from './containerd-daemon';
 import { eventually } from './rest';
 
 /**
@@ -100,12 +101,5 @@ function processesIn(namespace: string): number[] {
  * given host paths (and the oom_score_adj this machine refuses turned off).
  */
 export function containerdBaseConfig(binary: string, paths: { root: string; state: string; socket: string }): string {
-  return execFileSync(binary, ['config', 'default'], { encoding: 'utf8' })
-    .replace(/^root = .*$/m, `root = "${paths.root}"`)
-    .replace(/^state = .*$/m, `state = "${paths.state}"`)
-    .replace(/(\[grpc\][^[]*?address = )(["'])[^"']*\2/, `$1"${paths.socket}"`)
-    .replace(/(\[ttrpc\][^[]*?address = )(["'])[^"']*\2/, `$1"${paths.socket}.ttrpc"`)
-    .replace(/(\[debug\][^[]*?address = )(["'])[^"']*\2/, '$1""')
-    .replace(/(\[metrics\][^[]*?address = )(["'])[^"']*\2/, '$1""')
-    .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true');
+  return containerdConfigFor(execFileSync(binary, ['config', 'default'], { encoding: 'utf8' }), paths);
 }

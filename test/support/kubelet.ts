@@ -33,38 +33,11 @@ export async function startKubelet(options: KubeletOptions): Promise<Kubelet> {
   const log = path.join(dir, 'kubelet.log');
   const config = path.join(dir, 'kubelet-config.yaml');
   const [port, healthzPort] = [await freePort(), await freePort()];
-  fs.writeFileSync(config, [
-    'apiVersion: kubelet.config.k8s.io/v1beta1',
-    'kind: KubeletConfiguration',
-    'cgroupDriver: cgroupfs',
-    'failSwapOn: false',
-    'cgroupsPerQOS: false',
-    'enforceNodeAllocatable: []',
-    'evictionHard: {}',
-    'address: 127.0.0.1',
-    `port: ${port}`,
-    'readOnlyPort: 0',
-    'healthzBindAddress: 127.0.0.1',
-    `healthzPort: ${healthzPort}`,
-    'authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}',
-    'authorization: {mode: AlwaysAllow}',
-    'clusterDomain: cluster.local',
-    // Frequent status updates make pod phases visible to the test sooner.
-    'nodeStatusUpdateFrequency: 4s',
-    'syncFrequency: 5s',
-    '',
-  ].join('\n'));
+  fs.writeFileSync(config, kubeletConfig({ port, healthzPort }));
   const out = fs.openSync(log, 'a');
-  const child: ChildProcess = spawn(kubeBinary('kubelet'), [
-    `--kubeconfig=${controlPlane.kubeconfig}`,
-    `--config=${config}`,
-    '--container-runtime=remote',
-    `--container-runtime-endpoint=unix://${options.containerdSocket}`,
-    `--hostname-override=${nodeName}`,
-    `--root-dir=${rootDir}`,
-    `--cert-dir=${path.join(dir, 'pki')}`,
-    '--v=2',
-  ], { stdio: ['ignore', out, out] });
+  const child: ChildProcess = spawn(kubeBinary('kubelet'), kubeletArgs({
+    kubeconfig: controlPlane.kubeconfig, config, containerdSocket: options.containerdSocket, nodeName, rootDir, certDir: path.join(dir, 'pki'),
+  }), { stdio: ['ignore', out, out] });
   fs.closeSync(out);
 
   const logTail = (lines = 30) => tail(log, lines);
@@ -87,11 +60,55 @@ export async function startKubelet(options: KubeletOptions): Promise<Kubelet> {
   return { nodeName, logTail, stop };
 }
 
-function nodeReady(controlPlane: ControlPlane, nodeName: string): boolean {
+export function nodeReady(controlPlane: ControlPlane, nodeName: string): boolean {
   try {
     const node = JSON.parse(controlPlane.kubectl(['get', 'node', nodeName, '-o', 'json']));
     return (node.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True');
   } catch {
     return false;
   }
+}
+
+/**
+ * The KubeletConfiguration this machine needs (no QoS cgroups, no swap check, no eviction),
+ * on 127.0.0.1 with the given ports; `cgroupRoot` puts the node's pods under a cgroup of
+ * their own (several kubelets on one machine).
+ */
+export function kubeletConfig(options: { port: number; healthzPort: number; cgroupRoot?: string }): string {
+  return [
+    'apiVersion: kubelet.config.k8s.io/v1beta1',
+    'kind: KubeletConfiguration',
+    'cgroupDriver: cgroupfs',
+    'failSwapOn: false',
+    'cgroupsPerQOS: false',
+    ...(options.cgroupRoot ? [`cgroupRoot: ${options.cgroupRoot}`] : []),
+    'enforceNodeAllocatable: []',
+    'evictionHard: {}',
+    'address: 127.0.0.1',
+    `port: ${options.port}`,
+    'readOnlyPort: 0',
+    'healthzBindAddress: 127.0.0.1',
+    `healthzPort: ${options.healthzPort}`,
+    'authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}',
+    'authorization: {mode: AlwaysAllow}',
+    'clusterDomain: cluster.local',
+    // Frequent status updates make pod phases visible to the test sooner.
+    'nodeStatusUpdateFrequency: 4s',
+    'syncFrequency: 5s',
+    '',
+  ].join('\n');
+}
+
+/** The kubelet's command-line flags (a remote runtime: containerd's CRI). */
+export function kubeletArgs(options: { kubeconfig: string; config: string; containerdSocket: string; nodeName: string; rootDir?: string; certDir?: string }): string[] {
+  return [
+    `--kubeconfig=${options.kubeconfig}`,
+    `--config=${options.config}`,
+    '--container-runtime=remote',
+    `--container-runtime-endpoint=unix://${options.containerdSocket}`,
+    `--hostname-override=${options.nodeName}`,
+    ...(options.rootDir ? [`--root-dir=${options.rootDir}`] : []),
+    ...(options.certDir ? [`--cert-dir=${options.certDir}`] : []),
+    '--v=2',
+  ];
 }

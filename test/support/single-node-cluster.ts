@@ -27,7 +27,7 @@ export interface SingleNodeCluster {
   stop(): Promise<void>;
 }
 
-async function buildBusybox(file: string): Promise<void> {
+export async function buildBusybox(file: string): Promise<void> {
   const applets = ['sh', 'sleep', 'cat', 'echo', 'ls', 'readlink', 'true', 'false'];
   await buildOciImage({
     name: BUSYBOX_IMAGE,
