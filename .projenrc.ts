@@ -59,7 +59,7 @@ const project = new cdk8s.ConstructLibraryCdk8s({
     updateSnapshot: javascript.UpdateSnapshot.NEVER,
     jestConfig: {
       testTimeout: 120_000,
-      testPathIgnorePatterns: ['/node_modules/', '/test/e2e/'],
+      testPathIgnorePatterns: ['/node_modules/', '/test/e2e/', '/test/e2e-multinode/'],
       coveragePathIgnorePatterns: ['/node_modules/', '/imports/'],
       maxWorkers: 2,
     },
@@ -118,6 +118,10 @@ project.testTask.prependExec('bash scripts/provision.sh');
 project.addTask('e2e', {
   description: 'End-to-end suite on a single-node cluster built from Debian packages (root required)',
   exec: 'bash scripts/provision.sh && jest --ci --runInBand --coverage=false --testPathIgnorePatterns /node_modules/ --testMatch "<rootDir>/test/e2e/**/*.test.ts"',
+});
+project.addTask('e2e:multinode', {
+  description: 'End-to-end suite on three real nodes on one machine (own namespaces, containerd 1.6, 1.7 and a k3s-shaped node; root required)',
+  exec: 'bash scripts/provision.sh && jest --ci --runInBand --coverage=false --testPathIgnorePatterns /node_modules/ --testMatch "<rootDir>/test/e2e-multinode/**/*.test.ts"',
 });
 project.addTask('images', {
   description: 'Build the controller and node-installer images as OCI tarballs without Docker (into dist/images/)',
