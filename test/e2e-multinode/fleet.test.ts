@@ -73,7 +73,7 @@ interface AppShim {
  * would dial the node's non-loopback address) and listeners on 127.0.0.1 with ports of the
  * kernel's choosing (all nodes share the machine's network).
  */
-function synthApp(shims: AppShim[], replicas = 1): string {
+function synthApp(shims: AppShim[], replicas = 1, createRuntimeClass = false): string {
   const app = new App();
   const chart = new Chart(app, 'fleet');
   const manager = new RuntimeClassManager(chart, 'Manager', {
@@ -95,6 +95,9 @@ function synthApp(shims: AppShim[], replicas = 1): string {
       allowInsecureHttp: true,
       nodeSelector: s.selector,
       rollout: Rollout.rolling({ maxUpdate: MaxUpdate.count(1) }),
+      // The controller alone writes the RuntimeClass: a synthesized one cannot follow a handler
+      // change through `kubectl apply` (its handler is immutable; see the known-problem step).
+      createRuntimeClass,
     });
   }
   const container = '/spec/template/spec/containers/0';
@@ -119,13 +122,17 @@ function synthApp(shims: AppShim[], replicas = 1): string {
 function apply(shims: AppShim[], replicas = 1): void {
   const file = path.join(work, `app-${Date.now()}.yaml`);
   fs.writeFileSync(file, synthApp(shims, replicas));
+  applyFile(file);
+}
+
+function applyFile(file: string, extra: string[] = []): void {
   const kubectl = cluster.controlPlane.kubectl;
   try {
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
+    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', ...extra, '-f', file]);
   } catch (e) {
     if (!/no matches for kind "Shim"/.test(String((e as any).stderr ?? e))) throw e;
     kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
+    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', ...extra, '-f', file]);
   }
 }
 
@@ -149,7 +156,7 @@ async function shimReady(name: string, nodes: number, revision?: (r: string) => 
   }, 240_000, diagnostics);
 }
 
-async function node(name: string): Promise<any> {
+async function getNode(name: string): Promise<any> {
   return api.get(`/api/v1/nodes/${name}`);
 }
 
@@ -213,18 +220,34 @@ interface InstallerPod {
 
 /** Watches installer pods by polling; `running()` counts the nodes where one is running now. */
 class InstallerPods {
+  /** Starts watching; installer pods that exist already (of an earlier step) are left out. */
+  static async from(): Promise<InstallerPods> {
+    const watch = new InstallerPods();
+    for (const p of await watch.poll()) watch.earlier.add(p.name);
+    watch.seen.clear();
+    watch.maxConcurrent = 0;
+    return watch;
+  }
+
   readonly seen = new Map<string, InstallerPod>();
+  private readonly earlier = new Set<string>();
   private maxConcurrent = 0;
 
   async poll(): Promise<InstallerPod[]> {
-    const pods = (await api.get(`/api/v1/namespaces/${NS}/pods`)).items.filter((p: any) => p.metadata.annotations?.['runtime.spinkube.dev/operation']);
+    const pods = (await api.get(`/api/v1/namespaces/${NS}/pods`)).items
+      .filter((p: any) => p.metadata.annotations?.['runtime.spinkube.dev/operation'] && !this.earlier.has(p.metadata.name));
     const now: InstallerPod[] = [];
     for (const p of pods) {
       const a = p.metadata.annotations;
       const state = p.status?.containerStatuses?.[0]?.state ?? {};
       const entry: InstallerPod = this.seen.get(p.metadata.name) ?? {
-        name: p.metadata.name, node: p.spec.nodeName, shim: a['runtime.spinkube.dev/shim'], operation: a['runtime.spinkube.dev/operation'],
-        revision: a['runtime.spinkube.dev/revision'], attempt: a['runtime.spinkube.dev/attempt'], phase: '',
+        name: p.metadata.name,
+        node: p.spec.nodeName,
+        shim: a['runtime.spinkube.dev/shim'],
+        operation: a['runtime.spinkube.dev/operation'],
+        revision: a['runtime.spinkube.dev/revision'],
+        attempt: a['runtime.spinkube.dev/attempt'],
+        phase: '',
       };
       entry.phase = p.status?.phase;
       const t = state.terminated ?? state.running;
@@ -250,13 +273,13 @@ class InstallerPods {
   }
 }
 
-/** The runs of a rollout must not overlap in time: each starts after the one before finished (API times are in whole seconds). */
+/** The runs of a rollout must not overlap: each starts after the one before finished (API times are in whole seconds). */
 function expectOneAtATime(pods: InstallerPod[]): void {
   const sorted = [...pods].sort((x, y) => x.started! - y.started!);
   for (let i = 1; i < sorted.length; i++) {
     const [before, after] = [sorted[i - 1], sorted[i]];
-    expect({ after: after.name, started: after.started, before: before.name, beforeFinished: before.finished, overlaps: after.started! < before.finished! })
-      .toMatchObject({ overlaps: false });
+    const overlaps = after.started! < before.finished!;
+    expect({ after: after.name, started: after.started, before: before.name, ended: before.finished, overlaps }).toMatchObject({ overlaps: false });
   }
 }
 
@@ -271,7 +294,9 @@ async function diagnostics(): Promise<string> {
   const jobs = await safe(async () => (await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items
     .map((j: any) => ({ name: j.metadata.name, node: j.metadata.annotations?.['runtime.spinkube.dev/node'], status: j.status })));
   const pods = await safe(async () => (await api.get('/api/v1/pods')).items.map((p: any) => ({
-    name: `${p.metadata.namespace}/${p.metadata.name}`, node: p.spec.nodeName, phase: p.status?.phase,
+    name: `${p.metadata.namespace}/${p.metadata.name}`,
+    node: p.spec.nodeName,
+    phase: p.status?.phase,
     state: (p.status?.containerStatuses ?? []).map((c: any) => c.state),
   })));
   const nodes = await safe(async () => (await api.get('/api/v1/nodes')).items.map((n: any) => ({
@@ -342,7 +367,7 @@ afterAll(async () => {
 
 step('the cluster: three Ready nodes, each with its own containerd, and a hostPID pod lands in its own node\'s view', async () => {
   // THEN every node runs its own containerd version
-  const versions = await Promise.all(cluster.nodes.map(async n => (await node(n.name)).status.nodeInfo.containerRuntimeVersion));
+  const versions = await Promise.all(cluster.nodes.map(async n => (await getNode(n.name)).status.nodeInfo.containerRuntimeVersion));
   expect(versions).toEqual([expect.stringMatching(/^containerd:\/\/1\.6\./), expect.stringMatching(/^containerd:\/\/1\.7\./), expect.stringMatching(/^containerd:\/\/1\.6\./)]);
   // AND k3s's node has no containerd on its PATH, only in k3s's folder
   expect(cluster.node(C).host.tryRun(['sh', '-c', 'command -v containerd']).code).not.toBe(0);
@@ -356,13 +381,22 @@ step('the cluster: three Ready nodes, each with its own containerd, and a hostPI
   ].join('\n');
   for (const n of cluster.nodes) {
     await createPod({
-      apiVersion: 'v1', kind: 'Pod',
+      apiVersion: 'v1',
+      kind: 'Pod',
       metadata: { name: `probe-${n.name}`, namespace: 'default', labels: { 'e2e.rcm.dev/workload': 'true' } },
       spec: {
-        nodeName: n.name, hostPID: true, hostNetwork: true, restartPolicy: 'Never', automountServiceAccountToken: false,
+        nodeName: n.name,
+        hostPID: true,
+        hostNetwork: true,
+        restartPolicy: 'Never',
+        automountServiceAccountToken: false,
         containers: [{
-          name: 'probe', image: INSTALLER_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/usr/local/bin/node', '-e', script],
-          securityContext: { privileged: true }, volumeMounts: [{ name: 'host', mountPath: '/host' }],
+          name: 'probe',
+          image: INSTALLER_IMAGE,
+          imagePullPolicy: 'IfNotPresent',
+          command: ['/usr/local/bin/node', '-e', script],
+          securityContext: { privileged: true },
+          volumeMounts: [{ name: 'host', mountPath: '/host' }],
         }],
         volumes: [{ name: 'host', hostPath: { path: '/', type: 'Directory' } }],
       },
@@ -410,7 +444,7 @@ step('an install on one node changes nothing on the others (nor on the machine)'
 step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; workloads land only on provisioned nodes', async () => {
   const since = Date.now();
   for (const n of cluster.nodes) label(n.name, FLEET_LABEL, 'true');
-  const watch = new InstallerPods();
+  const watch = await InstallerPods.from();
   // WHEN the fleet Shim is applied
   apply([{ name: SHIM, version: 'v1', selector: { [FLEET_LABEL]: 'true' } }]);
   // AND workloads keep arriving during the rollout
@@ -444,7 +478,7 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
   }
   // AND every node carries the handler and serves it from its installed binary
   for (const n of cluster.nodes) {
-    expect((await node(n.name)).metadata.labels).toMatchObject({ [HANDLER_LABEL]: HANDLER, [STATE_LABEL]: 'provisioned' });
+    expect((await getNode(n.name)).metadata.labels).toMatchObject({ [HANDLER_LABEL]: HANDLER, [STATE_LABEL]: 'provisioned' });
     expect(handlersOf(n.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v1') });
   }
   // AND the k3s node got it through its template, which keeps the base directive and the site's runtime
@@ -466,4 +500,259 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
     expect(runtimeOf(done)).toBe(installedBinary('v1'));
   }
   await deleteWorkloads();
+});
+
+const FLEET = { [FLEET_LABEL]: 'true' };
+
+/** Runs a pod of the Shim's RuntimeClass pinned to a node, and an ordinary one; returns the runtime of the first. */
+async function serves(n: string, tag: string): Promise<string> {
+  await createPod(pod(`${tag}-shim-${n}`, 'true', { runtimeClassName: SHIM, nodeName: n }));
+  await createPod(pod(`${tag}-plain-${n}`, 'true', { nodeName: n }));
+  const plain = await podWhen(`${tag}-plain-${n}`, ['Succeeded', 'Failed']);
+  expect(plain.status.phase).toBe('Succeeded');
+  const withShim = await podWhen(`${tag}-shim-${n}`, ['Succeeded', 'Failed']);
+  expect(withShim.status.phase).toBe('Succeeded');
+  return runtimeOf(withShim);
+}
+
+step('scenario 2: a node whose containerd refuses to come back rolls back, keeps serving, and stops the rollout (Degraded names it); the documented recovery resumes it', async () => {
+  const [a, b, c] = cluster.nodes;
+  const since = Date.now();
+  // GIVEN node B's containerd refuses to start with the new version in its config (a broken node, on purpose)
+  b.host.write('/etc/rcm-node/fault/containerd',
+    `if grep -q '${installedBinary('v2')}' /etc/containerd/config.toml; then echo "containerd: refusing to start (test fault)"; exit 1; fi\n`);
+  const watch = await InstallerPods.from();
+  // WHEN a new version rolls out
+  apply([{ name: SHIM, version: 'v2', selector: FLEET }]);
+  // THEN the Shim turns Degraded, naming node B and the installer's reason
+  const degraded = await eventually(async () => {
+    await watch.poll();
+    const s = await getShim(SHIM);
+    return condition(s, 'Degraded')?.status === 'True' ? s : undefined;
+  }, 240_000, diagnostics);
+  expect(condition(degraded, 'Degraded')).toMatchObject({ reason: 'InstallFailed', message: expect.stringContaining(B) });
+  expect(condition(degraded, 'Degraded').message).toContain('RestartFailedRolledBack');
+  const bNode = await getNode(B);
+  expect(bNode.metadata.labels).toMatchObject({ [STATE_LABEL]: 'failed', [HANDLER_LABEL]: HANDLER });
+  expect(JSON.parse(bNode.metadata.annotations[ShimNodeLabels.failureKey(SHIM)])).toMatchObject({ reason: 'RestartFailedRolledBack' });
+  // AND B's containerd did refuse (starts that failed), and B was rolled back to the previous version each time
+  expect(b.host.unitEvents('containerd').filter(e => e.event === 'exit' && e.at > since).length).toBeGreaterThan(0);
+  expect(b.host.read('/var/log/containerd.log')).toContain('refusing to start (test fault)');
+  expect(handlersOf(b.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v1') });
+  expect(watch.of({ node: B, operation: 'install' }).filter(p => p.reason === 'Error')).toHaveLength(2);
+  // AND A has the new version; the rollout stopped before C: no install there, still the old version
+  expect(handlersOf(a.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v2') });
+  await sleep(8000);
+  await watch.poll();
+  expect(watch.of({ node: C })).toEqual([]);
+  expect(handlersOf(c.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v1') });
+  // AND B keeps serving ordinary pods and the previous version
+  expect(await serves(B, 's2')).toBe(installedBinary('v1'));
+  await deleteWorkloads();
+
+  // WHEN the cause is fixed and the Shim is given a new retry annotation (the README's recovery)
+  b.host.run(['rm', '/etc/rcm-node/fault/containerd']);
+  cluster.controlPlane.kubectl(['annotate', 'shim', SHIM, `runtime.spinkube.dev/retry=${Date.now()}`, '--overwrite']);
+  // THEN the rollout resumes: B, then C, one at a time, and the Shim is Ready again
+  await eventually(async () => {
+    await watch.poll();
+    const s = await getShim(SHIM);
+    return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3 && condition(s, 'Degraded')?.status === 'False';
+  }, 240_000, diagnostics);
+  await watch.poll();
+  expectOneAtATime(watch.of({ shim: SHIM, operation: 'install' }));
+  for (const n of cluster.nodes) expect(handlersOf(n.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v2') });
+  expect((await getNode(B)).metadata.labels[STATE_LABEL]).toBe('provisioned');
+  expect((await getNode(B)).metadata.annotations[ShimNodeLabels.failureKey(SHIM)]).toBeUndefined();
+});
+
+step('scenario 3: a kubelet stopped mid-rollout: the rest of the fleet completes, the node is installed when its kubelet returns', async () => {
+  const c = cluster.node(C);
+  const watch = await InstallerPods.from();
+  // WHEN a new version starts rolling out and node C's kubelet stops while A is installing
+  apply([{ name: SHIM, version: 'v3', selector: FLEET }]);
+  await eventually(async () => (await watch.poll()).some(p => p.node === A), 60_000, diagnostics);
+  c.host.systemctl('stop', 'kubelet');
+  // THEN C goes NotReady
+  await eventually(async () => (await getNode(C)).status.conditions.find((x: any) => x.type === 'Ready')?.status !== 'True', 90_000, diagnostics);
+  // AND A and B complete, while C keeps the previous version
+  await eventually(async () => {
+    await watch.poll();
+    return [A, B].every(n => handlersOf(cluster.node(n).configDump())[HANDLER]?.runtime_type === installedBinary('v3'));
+  }, 240_000, diagnostics);
+  const meanwhile = await eventually(async () => {
+    await watch.poll();
+    const s = await getShim(SHIM);
+    return s.status.nodesReady === 2 ? s : undefined;
+  }, 120_000, diagnostics);
+  expect(condition(meanwhile, 'Degraded')?.status).toBe('False');
+  expect(handlersOf(c.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v2') });
+  expect(watch.of({ node: C }).filter(p => p.started !== undefined)).toEqual([]);
+
+  // WHEN C's kubelet returns
+  c.host.systemctl('start', 'kubelet');
+  // THEN C is installed too, and the Shim is Ready on all three
+  await eventually(async () => {
+    await watch.poll();
+    const s = await getShim(SHIM);
+    return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3;
+  }, 240_000, diagnostics);
+  for (const n of cluster.nodes) expect(handlersOf(n.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v3') });
+  expectOneAtATime(watch.of({ shim: SHIM, operation: 'install' }));
+  expect(await serves(C, 's3')).toBe(installedBinary('v3'));
+  await deleteWorkloads();
+});
+
+step('scenario 4: two controller replicas; the leader killed mid-rollout; the other takes over within the lease time and no node installs twice', async () => {
+  // GIVEN two replicas of the controller
+  apply([{ name: SHIM, version: 'v3', selector: FLEET }], 2);
+  const controllers = async () => (await api.get(`/api/v1/namespaces/${NS}/pods?labelSelector=${encodeURIComponent('app.kubernetes.io/component=controller')}`)).items;
+  await eventually(async () => (await controllers()).filter((p: any) => p.status?.containerStatuses?.[0]?.ready).length === 2, 120_000, diagnostics);
+  const lease = () => api.get(`/apis/coordination.k8s.io/v1/namespaces/${NS}/leases/rcm-controller`);
+  const leader = (await lease()).spec.holderIdentity;
+  const leaderPod = (await controllers()).find((p: any) => p.metadata.name === leader);
+  expect(leaderPod).toBeDefined();
+  const since = Date.now();
+  const watch = await InstallerPods.from();
+  // WHEN a new version rolls out and the leader is killed (SIGKILL: no clean hand-over) while the first node installs
+  apply([{ name: SHIM, version: 'v4', selector: FLEET }], 2);
+  await eventually(async () => (await watch.poll()).some(p => p.operation === 'install'), 60_000, diagnostics);
+  const containerId = String(leaderPod.status.containerStatuses[0].containerID).replace('containerd://', '');
+  const killedAt = Date.now();
+  cluster.node(leaderPod.spec.nodeName).ctr(['-n', 'k8s.io', 'tasks', 'kill', '--signal', 'SIGKILL', containerId]);
+  // THEN the other replica holds the lease within the lease time (15 s) and a poll of the lease (3 s)
+  const takeover = await eventually(async () => {
+    await watch.poll();
+    const l = await lease();
+    return l.spec.holderIdentity !== leader && l.spec.holderIdentity ? Date.now() : undefined;
+  }, 60_000, diagnostics);
+  expect(takeover - killedAt).toBeLessThanOrEqual(20_000);
+  // AND the rollout completes
+  await eventually(async () => {
+    await watch.poll();
+    const s = await getShim(SHIM);
+    return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3
+      && cluster.nodes.every(n => handlersOf(n.configDump())[HANDLER]?.runtime_type === installedBinary('v4'));
+  }, 240_000, diagnostics);
+  await watch.poll();
+  // AND every node installed once: one installer pod per node, one containerd restart per node
+  const installs = watch.of({ shim: SHIM, operation: 'install' });
+  expect(installs.map(p => p.node).sort()).toEqual([A, B, C]);
+  expectOneAtATime(installs);
+  for (const n of cluster.nodes) expect(containerdStarts(n, since)).toHaveLength(1);
+});
+
+// KNOWN PROBLEM (constructs, not fixed here): with the default `createRuntimeClass: true` the app
+// itself carries the RuntimeClass, whose handler is immutable and (after the controller's apply)
+// also managed by rcm-controller. A handler change through the README's
+// `kubectl apply --server-side` then fails on the RuntimeClass ("Apply failed with 2 conflicts:
+// conflicts with \"rcm-controller\": .handler ..."), while the same apply has already changed the
+// Shim. Marked as failing: it turns red once the constructs allow it, and then becomes a plain step.
+test.failing('a handler change of an app that synthesizes its RuntimeClass applies cleanly (known problem)', async () => {
+  const file = path.join(work, 'app-default-runtimeclass.yaml');
+  fs.writeFileSync(file, synthApp([{ name: SHIM, version: 'v5', selector: FLEET }], 2, true));
+  applyFile(file, ['--dry-run=server']);
+}, 60_000);
+
+step('scenario 6: a handler change across the fleet: the RuntimeClass never selects a node without the handler; no pod fails with "no runtime for"', async () => {
+  const watch = await InstallerPods.from();
+  const since = Date.now();
+  // WHEN the Shim's handler changes (a new artifact for the new handler)
+  apply([{ name: SHIM, version: 'v5', selector: FLEET }], 2);
+  // THEN at every poll, each node the RuntimeClass selects has its handler in containerd's config,
+  // and pods of the RuntimeClass keep arriving all along
+  const workloads: string[] = [];
+  const refusedAtAdmission: string[] = [];
+  let polls = 0;
+  for (let i = 0; ; i++) {
+    await watch.poll();
+    // A new handler replaces the RuntimeClass (its handler is immutable): for a moment there is none.
+    const rc = await api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`).catch((e: any) => {
+      if (e.code !== 404) throw e;
+      return undefined;
+    });
+    const selector = Object.entries(rc?.scheduling?.nodeSelector ?? {}).map(([k, v]) => `${k}=${v}`).join(',');
+    const selected = !rc ? [] : (await api.get(`/api/v1/nodes?labelSelector=${encodeURIComponent(selector)}`)).items.map((n: any) => n.metadata.name);
+    for (const name of selected) {
+      const n = cluster.node(name);
+      const effective = parse(n.host.read(n.effectiveConfig)!) as any;
+      expect({ node: name, handler: rc.handler, present: effective.plugins['io.containerd.grpc.v1.cri'].containerd.runtimes[rc.handler] !== undefined })
+        .toEqual({ node: name, handler: rc.handler, present: true });
+    }
+    polls++;
+    if (i % 6 === 0) {
+      const name = `s6-${workloads.length}`;
+      // Admission refuses a pod whose RuntimeClass does not exist (the moment of the replacement): counted, and sent again.
+      await createPod(pod(name, 'true', { runtimeClassName: SHIM })).catch(e => {
+        if (!/RuntimeClass/.test(String(e))) throw e;
+        refusedAtAdmission.push(String(e).slice(0, 200));
+      });
+      workloads.push(name);
+    }
+    const s = await getShim(SHIM);
+    const done = condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3
+      && cluster.nodes.every(n => handlersOf(n.configDump())[HANDLER] === undefined);
+    if (done) break;
+    if (Date.now() - since > 300_000) throw new Error('the handler change did not finish within 300 s');
+    await sleep(300);
+  }
+  expect(polls).toBeGreaterThan(10);
+  // AND the new handler is on every node, the old one gone, each install then uninstall one node at a time
+  for (const n of cluster.nodes) {
+    const handlers = handlersOf(n.configDump());
+    expect(handlers[NEXT_HANDLER]).toMatchObject({ runtime_type: installedBinary('v5') });
+    expect(handlers[HANDLER]).toBeUndefined();
+    expect((await getNode(n.name)).metadata.labels[HANDLER_LABEL]).toBe(NEXT_HANDLER);
+  }
+  expectOneAtATime(watch.of({ shim: SHIM }));
+  // AND every pod ran, none refused for a missing runtime
+  for (const name of workloads) {
+    if (!await api.get(`/api/v1/namespaces/default/pods/${name}`).catch(() => undefined)) await createPod(pod(name, 'true', { runtimeClassName: SHIM }));
+    const p = await podWhen(name, ['Succeeded', 'Failed']);
+    expect(p.status.phase).toBe('Succeeded');
+  }
+  if (refusedAtAdmission.length > 0) process.stdout.write(`scenario 6: ${refusedAtAdmission.length} pod(s) refused at admission while the RuntimeClass was replaced:\n${refusedAtAdmission.join('\n')}\n`);
+  const refused = (await api.get('/api/v1/namespaces/default/events')).items
+    .filter((e: any) => /no runtime for/.test(e.message ?? '')).map((e: any) => `${e.involvedObject.name}: ${e.message}`);
+  expect(refused).toEqual([]);
+  await deleteWorkloads();
+});
+
+step('scenario 5: deselecting a node, then deleting the Shim, uninstall one node at a time and leave every node as it started', async () => {
+  const watch = await InstallerPods.from();
+  const c = cluster.node(C);
+  // WHEN node C stops matching the Shim's selector
+  label(C, FLEET_LABEL, null);
+  // THEN C is uninstalled: no label, its effective config and its template as they were
+  await eventually(async () => {
+    await watch.poll();
+    const labels = (await getNode(C)).metadata.labels;
+    return labels[HANDLER_LABEL] === undefined && labels[STATE_LABEL] === undefined
+      && watch.of({ node: C, operation: 'uninstall' }).some(p => p.reason === 'Completed');
+  }, 120_000, diagnostics);
+  expect(c.configDump()).toEqual(start[C].dump);
+  expect(c.host.read(c.editedConfig)).toEqual(K3S_TEMPLATE);
+  expect(watch.of({ node: A, operation: 'uninstall' })).toEqual([]);
+
+  // WHEN the Shim is deleted (the app no longer has it)
+  cluster.controlPlane.kubectl(['delete', 'shim', SHIM, '--wait=false']);
+  await eventually(async () => {
+    await watch.poll();
+    return (await api.get(SHIMS)).items.length === 0;
+  }, 240_000, diagnostics);
+  // THEN A and B were uninstalled one at a time (the rollout strategy)
+  const uninstalls = watch.of({ shim: SHIM, operation: 'uninstall' });
+  expect(uninstalls.map(p => p.node).sort()).toEqual([A, B, C]);
+  expectOneAtATime(uninstalls);
+  expect(watch.mostNodesAtOnce).toBe(1);
+  // AND every node's effective config is the one it started with, its files too, and nothing is left of the shims
+  for (const n of cluster.nodes) {
+    expect(n.configDump()).toEqual(start[n.name].dump);
+    expect(n.host.read(n.editedConfig)).toEqual(start[n.name].edited);
+    expect(n.host.tryRun(['readlink', '/etc/containerd/config.toml']).stdout.trim() || undefined).toEqual(start[n.name].link);
+    expect(n.host.tryRun(['sh', '-c', 'ls /opt/rcm/shims /opt/rcm/state 2>/dev/null']).stdout.trim()).toBe('');
+    const labels = (await getNode(n.name)).metadata.labels;
+    expect(Object.keys(labels).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
+  }
+  await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
 });

@@ -5,12 +5,13 @@
 
 /**
  * A shell command that renders `<etcDir>/config.toml` from `<etcDir>/<template>` and the base
- * config in the file `base`, as k3s does before it starts containerd.
+ * config in the file `base`, as k3s does before it starts containerd (through a rename: readers never see half a file).
  */
 export function renderK3sConfig(etcDir: string, template: string, base: string): string {
   return `if [ -f ${etcDir}/${template} ]; then
-  sed -e '/{{ template "base" . }}/{' -e "r ${base}" -e 'd' -e '}' ${etcDir}/${template} > ${etcDir}/config.toml
+  sed -e '/{{ template "base" . }}/{' -e "r ${base}" -e 'd' -e '}' ${etcDir}/${template} > ${etcDir}/config.toml.rendering
 else
-  cp ${base} ${etcDir}/config.toml
-fi`;
+  cp ${base} ${etcDir}/config.toml.rendering
+fi
+mv ${etcDir}/config.toml.rendering ${etcDir}/config.toml`;
 }

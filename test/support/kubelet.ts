@@ -100,7 +100,16 @@ export function kubeletConfig(options: { port: number; healthzPort: number; cgro
 }
 
 /** The kubelet's command-line flags (a remote runtime: containerd's CRI). */
-export function kubeletArgs(options: { kubeconfig: string; config: string; containerdSocket: string; nodeName: string; rootDir?: string; certDir?: string }): string[] {
+export interface KubeletFlags {
+  readonly kubeconfig: string;
+  readonly config: string;
+  readonly containerdSocket: string;
+  readonly nodeName: string;
+  readonly rootDir?: string;
+  readonly certDir?: string;
+}
+
+export function kubeletArgs(options: KubeletFlags): string[] {
   return [
     `--kubeconfig=${options.kubeconfig}`,
     `--config=${options.config}`,
