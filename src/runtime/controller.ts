@@ -61,7 +61,12 @@ export class Controller {
     const onNode = (before?: NodeView, after?: NodeView) => {
       for (const shim of this.shims.list()) if (nodeChangeAffects(shim, before, after)) this.queue.add(shim.metadata.name);
     };
-    this.shims = await this.inform(SHIMS, slimShim, { add: s => this.queue.add(s.metadata.name), update: (_, s) => this.queue.add(s.metadata.name) });
+    this.shims = await this.inform(SHIMS, slimShim, {
+      add: s => this.queue.add(s.metadata.name),
+      update: (_, s) => this.queue.add(s.metadata.name),
+      // A reconcile of a Shim that is gone drops its metric series.
+      delete: s => this.queue.add(s.metadata.name),
+    });
     this.nodes = await this.inform<NodeView>('/api/v1/nodes', slimNode, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
     // A Job's delete event ends its tombstone; so does the add of a new Job of that name (the
     // delete event may have come before the tombstone was written).
@@ -124,13 +129,17 @@ export class Controller {
       const key = await this.queue.next();
       if (key === undefined) return;
       this.metrics.queueDepth.set(this.queue.depth);
+      const started = process.hrtime.bigint();
+      const seconds = () => Number(process.hrtime.bigint() - started) / 1e9;
       try {
         await this.reconcile(key);
         this.queue.forget(key);
         this.metrics.reconciles.inc({ result: 'success' });
+        this.metrics.reconcileDuration.observe({ result: 'success' }, seconds());
       } catch (e) {
         const delay = this.queue.retry(key);
         this.metrics.reconciles.inc({ result: 'error' });
+        this.metrics.reconcileDuration.observe({ result: 'error' }, seconds());
         this.log.warn('reconcile failed, retrying', { shim: key, error: (e as Error).message, retryInMs: delay });
       } finally {
         this.queue.done(key);
@@ -172,11 +181,16 @@ export class Controller {
 
   async reconcile(name: string): Promise<void> {
     const shim = this.shims.get(name);
-    if (!shim) return; // gone: its finalizer was released already
+    if (!shim) {
+      this.metrics.forgetShim(name); // gone: its finalizer was released already
+      return;
+    }
+    const jobs = this.jobViews();
+    this.metrics.observeJobs(jobs);
     const result = plan({
       shim,
       nodes: this.nodes.list(),
-      jobs: this.jobViews(),
+      jobs,
       otherShims: this.shims.list().filter(s => s.metadata.name !== name),
       runtimeClasses: this.runtimeClassViews(shim),
       retry: this.settings.retry,

@@ -213,6 +213,7 @@ export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | un
     phase,
     // The controller watches pods that are past Pending: one it knows of has started.
     started: pods.length > 0,
+    ...(job.metadata?.creationTimestamp ? { createdAt: job.metadata.creationTimestamp } : {}),
     ...(phase !== 'running' ? { finishedAt: job.status?.completionTime ?? last?.finishedAt ?? failedCondition?.lastTransitionTime } : {}),
     result: parseResult(last?.message ?? (failedCondition && !last ? `${failedCondition.reason}: ${failedCondition.message}` : undefined)),
   };

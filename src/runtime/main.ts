@@ -7,7 +7,7 @@ import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
 import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
 import { Logger } from '../shared/log';
-import { installerEnvNameProblem } from '../shared/validation';
+import { installerEnvNameProblem, isDnsSubdomain } from '../shared/validation';
 
 /** A flag of the controller: every one takes a value, most have a default. */
 interface Flag extends FlagSpec {
@@ -19,6 +19,7 @@ const FLAGS: Flag[] = [
   { name: 'namespace', arg: 'NAME', help: 'namespace of the controller and its installer Jobs', default: process.env.POD_NAMESPACE ?? 'runtime-class-manager' },
   { name: 'installer-image', arg: 'IMAGE', help: 'node installer image', default: 'ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:0.1.0' },
   { name: 'installer-image-pull-policy', arg: 'POLICY', help: 'Always, IfNotPresent or Never', default: 'IfNotPresent' },
+  { name: 'installer-image-pull-secret', arg: 'NAME', help: 'a Secret in --namespace that installer pods pull their image with (repeatable)', repeat: true },
   { name: 'leader-elect', arg: 'BOOL', help: 'elect one active replica through a Lease', default: 'true' },
   { name: 'lease-duration-seconds', arg: 'N', help: 'how long a leader holds the Lease without renewing', default: '15' },
   { name: 'identity', arg: 'NAME', help: 'this replica in the Lease', default: process.env.POD_NAME ?? `${os.hostname()}-${process.pid}` },
@@ -49,6 +50,8 @@ interface Flags {
   readonly values: Record<string, string>;
   /** --installer-env, as Kubernetes env entries. */
   readonly installerEnv: { name: string; value: string }[];
+  /** --installer-image-pull-secret, in order. */
+  readonly imagePullSecrets: string[];
 }
 
 function parseArgs(argv: string[]): Flags | 'help' {
@@ -71,7 +74,11 @@ function parseArgs(argv: string[]): Flags | 'help' {
     const problem = installerEnvNameProblem(name);
     if (problem) throw new Error(`--installer-env: ${problem}`);
   }
-  return { values, installerEnv };
+  const imagePullSecrets = parsed.repeated['installer-image-pull-secret'] ?? [];
+  for (const name of imagePullSecrets) {
+    if (!isDnsSubdomain(name)) throw new Error(`--installer-image-pull-secret: "${name}" is not a Secret name`);
+  }
+  return { values, installerEnv, imagePullSecrets };
 }
 
 function listen(address: string, handler: http.RequestListener): Promise<http.Server> {
@@ -109,6 +116,7 @@ async function main(): Promise<void> {
     defaultRestartMode: flags['default-restart-mode'],
     defaultRestartCommand: flags['default-restart-command'],
     installerEnv: parsed.installerEnv,
+    imagePullSecrets: parsed.imagePullSecrets,
     workers: Number(flags.workers),
     resyncSeconds: Number(flags['resync-seconds']),
     retry: {

@@ -43,7 +43,7 @@ export function slimJob(raw: any): any {
   const m = raw.metadata;
   const failed = (raw.status?.conditions ?? []).filter((c: any) => c.type === 'Failed');
   return {
-    metadata: { name: m.name, uid: m.uid, labels: m.labels, annotations: m.annotations },
+    metadata: { name: m.name, uid: m.uid, creationTimestamp: m.creationTimestamp, labels: m.labels, annotations: m.annotations },
     status: { succeeded: raw.status?.succeeded, completionTime: raw.status?.completionTime, conditions: failed },
   };
 }

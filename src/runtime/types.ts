@@ -66,6 +66,8 @@ export interface JobView {
   readonly phase: 'running' | 'succeeded' | 'failed';
   /** Its pod was started by the kubelet (a Job that never started may be dropped safely). */
   readonly started: boolean;
+  /** When the Job was created (its creationTimestamp). */
+  readonly createdAt?: string;
   readonly finishedAt?: string;
   /** The installer's result (from the pod's termination message). */
   readonly result?: { reason?: string; message?: string; outcome?: string };
