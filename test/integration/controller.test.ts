@@ -1,12 +1,14 @@
-import { ChildProcess, spawn } from 'child_process';
+import { ChildProcess, execFile, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
 import { RuntimeClassManager, ShimConstruct, ShimNodeLabels } from '../../src';
+import { argoHealth } from '../support/argo-health';
 import { ControlPlane, freePort, startControlPlane } from '../support/control-plane';
 import { eventually, Rest } from '../support/rest';
+import { kubeBinary } from '../support/tools';
 
 // rcm-controller against a real etcd + kube-apiserver + kube-controller-manager (Job
 // controller, garbage collector, token controller) with API Priority and Fairness on and no
@@ -23,6 +25,8 @@ const shimsPath = '/apis/runtime.spinkube.dev/v1alpha1/shims';
 let cp: ControlPlane;
 let admin: Rest;
 let saKubeconfig: string;
+/** The manager's objects as applied (the Deployment aside), for the teardown test. */
+let managerYaml: string;
 const controllers: { name: string; child: ChildProcess; log: string }[] = [];
 let kubelet: NodeJS.Timeout | undefined;
 
@@ -162,6 +166,7 @@ async function startController(name: string): Promise<void> {
   const child = spawn(process.execPath, [CONTROLLER,
     `--kubeconfig=${saKubeconfig}`, `--namespace=${NS}`, '--installer-image=docker.io/library/rcm-node-installer:test',
     '--installer-env=NO_PROXY=127.0.0.1', '--installer-env=RCM_INSTALL_ROOT=/var/lib/rcm',
+    '--installer-image-pull-secret=regcred',
     '--leader-elect=true', '--lease-duration-seconds=4', `--identity=${name}`, '--resync-seconds=3', '--log-format=text',
     '--retry-base-seconds=1', '--retry-max-seconds=4', '--failure-threshold=2',
     `--metrics-bind-address=127.0.0.1:${await freePort()}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`], { stdio: ['ignore', fs.openSync(log, 'a'), fs.openSync(log, 'a')] });
@@ -199,16 +204,34 @@ const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
 const createShim = (name: string, spec: object) => admin.request('POST', shimsPath, { apiVersion: 'runtime.spinkube.dev/v1alpha1', kind: 'Shim', metadata: { name }, spec });
 const handlersOn = (nodes: string[]) => nodes.map(n => [...hosts.get(n)!].sort().join(','));
 
+/**
+ * Argo CD's verdict on a Shim the controller wrote, from the Lua health check run by a real
+ * Lua 5.1 interpreter. With RCM_WRITE_ARGO_FIXTURES=1 the object is also saved under
+ * test/fixtures/argo-cd/ for the construct tests (which run without an API server).
+ */
+function expectArgoHealth(shim: any, status: string, fixture: string): void {
+  const health = argoHealth(shim);
+  expect({ fixture, ...health }).toMatchObject({ fixture, status });
+  if (process.env.RCM_WRITE_ARGO_FIXTURES === '1') {
+    const { managedFields: _, ...metadata } = shim.metadata;
+    const dir = path.join(__dirname, '..', 'fixtures', 'argo-cd');
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, `${fixture}.json`), JSON.stringify({ expected: health, shim: { ...shim, metadata } }, null, 2) + '\n');
+  }
+}
+
 beforeAll(async () => {
   buildSync({ entryPoints: [path.join(__dirname, '..', '..', 'src', 'runtime', 'main.ts')], bundle: true, platform: 'node', target: 'node20', outfile: CONTROLLER, logLevel: 'error' });
   cp = await startControlPlane({ controllerManager: true, controllers: '*,-nodeipam,-nodelifecycle' });
   admin = new Rest(cp.server, cp.adminToken, cp.caFile);
 
-  // The manager's objects as synthesized (the Deployment aside: the test runs the controller).
+  // The manager's objects as synthesized (the Deployment aside: the test runs the controller;
+  // the PodDisruptionBudget too: policy/v1 is served from Kubernetes 1.21, this is 1.20).
   const chart = Testing.chart();
   new RuntimeClassManager(chart, 'Manager');
-  const objects = Testing.synth(chart).filter(o => o.kind !== 'Deployment');
-  cp.kubectl(['apply', '-f', '-'], { input: Yaml.stringify(...objects) });
+  const objects = Testing.synth(chart).filter(o => o.kind !== 'Deployment' && o.kind !== 'PodDisruptionBudget');
+  managerYaml = Yaml.stringify(...objects);
+  cp.kubectl(['apply', '-f', '-'], { input: managerYaml });
   cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
 
   // A token for the controller's ServiceAccount, from the token controller.
@@ -273,18 +296,29 @@ test('a rolling install, batch by batch, ends Ready with recorded nodes, an adop
   expect(job.spec.backoffLimit).toBe(0);
   expect(job.spec.template.spec).toMatchObject({ hostPID: true, hostNetwork: true, automountServiceAccountToken: false, restartPolicy: 'Never' });
   expect(job.spec.template.spec.containers[0].securityContext).toEqual({ privileged: true });
+  expect(job.spec.template.spec.imagePullSecrets).toEqual([{ name: 'regcred' }]); // a private registry's pull secret
   expect(job.spec.template.spec.containers[0].env).toEqual(expect.arrayContaining([
     { name: 'NO_PROXY', value: '127.0.0.1' }, { name: 'RCM_INSTALL_ROOT', value: '/var/lib/rcm' }, { name: 'RCM_HANDLER', value: 'spin' },
   ]));
   // the RuntimeClass selects no node yet: none has the handler
   const early = await admin.get('/apis/node.k8s.io/v1/runtimeclasses/wasmtime-spin');
   expect(early.scheduling.nodeSelector).toEqual({ [KEY('spin')]: 'spin' });
+  // Argo CD sees it Progressing (later waves wait)
+  const installing = await eventually(async () => {
+    const s = await getShim();
+    return condition(s, 'Progressing')?.reason === 'RollingOut' && s.status.observedGeneration === s.metadata.generation ? s : undefined;
+  }, 30_000, diagnostics);
+  expectArgoHealth(installing, 'Progressing', 'rolling-out');
 
   // WHEN they succeed THEN the third node follows and the Shim becomes Ready
   verdict = () => 'succeed';
   const shim = await eventually(ready('spin', 3), 60_000, diagnostics);
   expect(shim.status).toMatchObject({ nodes: 3, nodesReady: 3, nodesFailed: 0 });
   expect(peaks.get('spin/install')).toBe(2);
+  expectArgoHealth(await eventually(async () => {
+    const s = await getShim();
+    return condition(s, 'Progressing')?.status === 'False' ? s : undefined;
+  }, 30_000, diagnostics), 'Healthy', 'ready');
   for (const n of WASM) {
     const labels = await nodeLabels(n);
     expect(labels[KEY('spin')]).toBe('spin');
@@ -366,6 +400,7 @@ test('item 2: a failed new revision under recreate leaves every node schedulable
   }, 90_000, diagnostics);
   expect(condition(shim, 'Degraded')).toMatchObject({ reason: 'InstallFailed', message: expect.stringMatching(/^node n1: ChecksumMismatch: sha256 differs/) });
   expect(condition(shim, 'Progressing')).toMatchObject({ status: 'False', reason: 'RolloutStopped' });
+  expectArgoHealth(shim, 'Degraded', 'install-failed');
   expect(shim.status.failedNodes[0]).toMatchObject({ name: 'n1', operation: 'install', attempts: 2 });
   // every node keeps serving spin2 at the previous revision, and the RuntimeClass selects all three
   const rc = await admin.get('/apis/node.k8s.io/v1/runtimeclasses/wasmtime-spin');
@@ -393,6 +428,7 @@ test('item 8: a flaky download is retried with backoff and succeeds, without a h
   }, 30_000, diagnostics);
   expect(retrying.status.failedNodes[0]).toMatchObject({ operation: 'install', reason: 'DownloadFailed', attempts: 1 });
   expect(condition(retrying, 'Degraded').status).toBe('False'); // a transient failure is not yet a degradation
+  expectArgoHealth(retrying, 'Progressing', 'retrying');
   release = true;
   const shim = await eventually(ready('spin', 3), 60_000, diagnostics);
   expect(shim.status).toMatchObject({ nodesFailed: 0, nodesRetrying: 0 });
@@ -416,6 +452,7 @@ test('item 8: a NotReady node does not hold the rollout; it is installed when it
   }, 60_000, diagnostics);
   expect(waiting.status.nodesFailed).toBe(0);
   expect(condition(waiting, 'Progressing').message).toMatch(/1 node\(s\) not Ready or cordoned \(n1\)/);
+  expectArgoHealth(waiting, 'Progressing', 'node-not-ready');
   expect((await jobsOf('spin')).filter((j: any) => j.metadata.annotations['runtime.spinkube.dev/node'] === 'n1')).toEqual([]);
   // n1 still serves its previous revision meanwhile
   expect((await nodeLabels('n1'))[KEY('spin')]).toBe('spin2');
@@ -478,6 +515,7 @@ test('items 3, 5, 6: a controller that may not list nodes holds the finalizer; t
   // THEN nothing is released: no node list, no decision
   const held = await getShim();
   expect(held.metadata.finalizers).toContain('runtime.spinkube.dev/finalizer');
+  expectArgoHealth(held, 'Progressing', 'deleting');
   expect(await jobsOf('spin')).toEqual([]);
   expect(handlersOn(['n1', 'n2', 'n3', 'n5'])).toEqual(['spin2', 'spin2', 'spin2', 'spin2']);
   expect(fs.readFileSync(controllers[2].log, 'utf8')).toMatch(/watch failed, restarting.*nodes/);
@@ -509,6 +547,7 @@ test('item 4: a Shim renamed by create-plus-delete waits on each node until the 
   expect(await jobsOf('new', 'install')).toEqual([]);
   const waiting = await getShim('new');
   expect(condition(waiting, 'Progressing').message).toMatch(/wait for another Shim to release the handler/);
+  expectArgoHealth(waiting, 'Progressing', 'handler-held-by-another-shim');
   verdict = () => 'succeed';
   await eventually(() => gone(`${shimsPath}/old`), 60_000, diagnostics);
   await eventually(ready('new', 4), 60_000, diagnostics);
@@ -570,6 +609,7 @@ test('item 7: a RuntimeClass someone else made is reported and never touched, no
     return condition(s, 'Degraded')?.reason === 'RuntimeClassConflict' ? s : undefined;
   }, 30_000, diagnostics);
   expect(condition(shim, 'Degraded').message).toMatch(/RuntimeClass "kata" exists and belongs to no Shim/);
+  expectArgoHealth(shim, 'Degraded', 'runtime-class-conflict');
   const events = (await admin.get('/api/v1/namespaces/default/events')).items.filter((e: any) => e.involvedObject.name === 'kata' && e.reason === 'RuntimeClassConflict');
   expect(events.length).toBeGreaterThanOrEqual(1);
   await admin.request('DELETE', `${shimsPath}/kata`);
@@ -577,3 +617,55 @@ test('item 7: a RuntimeClass someone else made is reported and never touched, no
   const after = await admin.get('/apis/node.k8s.io/v1/runtimeclasses/kata');
   expect(after.metadata.resourceVersion).toBe(before.metadata.resourceVersion);
 });
+
+test('an invalid Shim (no artifact for the nodes\' platform) is Degraded for Argo CD', async () => {
+  await createShim('armonly', {
+    nodeSelector: { wasm: 'true' },
+    fetchStrategy: { platforms: [{ os: 'linux', arch: 'arm64', location: 'https://example.com/arm64.tgz' }] },
+    runtimeClass: { name: 'armonly', handler: 'armonly' },
+  });
+  const shim = await eventually(async () => {
+    const s = await getShim('armonly');
+    return condition(s, 'Degraded')?.reason === 'InvalidShim' ? s : undefined;
+  }, 30_000, diagnostics);
+  expectArgoHealth(shim, 'Degraded', 'invalid-shim');
+  await admin.request('DELETE', `${shimsPath}/armonly`);
+  await eventually(() => gone(`${shimsPath}/armonly`), 60_000, diagnostics);
+});
+
+/** kubectl without blocking this process (the kubelet stand-in runs in it). */
+function kubectlAsync(args: string[], input?: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = execFile(kubeBinary('kubectl'), ['--kubeconfig', cp.kubeconfig, ...args], { timeout: 180_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`kubectl ${args.join(' ')}: ${error.message}\n${stderr}`));
+      else resolve(stdout);
+    });
+    if (input !== undefined) child.stdin!.end(input);
+  });
+}
+
+test('teardown as the README says: Shims first (the controller uninstalls them), then the rest', async () => {
+  // GIVEN a Shim applied from synthesized YAML and installed on the wasm nodes
+  verdict = () => 'succeed';
+  const chart = Testing.chart();
+  new ShimConstruct(chart, 'bye', { handler: 'bye', location: 'https://example.com/bye.tgz', nodeSelector: { wasm: 'true' } });
+  await kubectlAsync(['apply', '--server-side', '-f', '-'], Yaml.stringify(...Testing.synth(chart)));
+  await eventually(ready('bye', 4), 60_000, diagnostics);
+  const before = await admin.get(shimsPath);
+  expect(before.items.map((s: any) => s.metadata.name).sort()).toEqual(['bye', 'new']);
+  // WHEN step 1: every Shim is deleted (kubectl delete waits for this by default)
+  await kubectlAsync(['delete', 'shims', '--all', '--wait=false']);
+  // THEN the controller uninstalls everywhere and releases the finalizers
+  await eventually(async () => (await admin.get(shimsPath)).items.length === 0, 120_000, diagnostics);
+  expect(handlersOn(['n1', 'n2', 'n3', 'n4', 'n5'])).toEqual(['', '', '', '', '']);
+  for (const rc of ['bye', 'ren-new']) expect(await gone(`/apis/node.k8s.io/v1/runtimeclasses/${rc}`)).toBe(true);
+  for (const n of ['n1', 'n2', 'n3', 'n4', 'n5']) {
+    const node = await admin.get(`/api/v1/nodes/${n}`);
+    expect(Object.keys({ ...node.metadata.labels, ...node.metadata.annotations }).filter(k => k.includes('.shim.runtime.spinkube.dev/'))).toEqual([]);
+  }
+  // WHEN step 2: the rest of the manifest goes (here the manager's objects; the controller process stands in for the Deployment)
+  await kubectlAsync(['delete', '-f', '-', '--wait=false'], managerYaml);
+  // THEN the CRD is gone with nothing left hanging on it
+  await eventually(() => gone('/apis/apiextensions.k8s.io/v1/customresourcedefinitions/shims.runtime.spinkube.dev'), 60_000, diagnostics);
+  expect(await gone('/apis/rbac.authorization.k8s.io/v1/clusterroles/rcm-controller')).toBe(true);
+}, 300_000);
