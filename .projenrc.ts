@@ -79,7 +79,7 @@ project.addDevDeps('eslint-import-resolver-typescript@~3.6.3');
 project.package.addBin(Object.fromEntries(bundles.map(b => [b.bin, b.out])));
 // jsii and TypeScript consumers find the declarations beside the entrypoint.
 project.package.addField('types', 'lib/src/index.d.ts');
-project.addFields({ files: ['lib/**/*.js', 'lib/**/*.d.ts', 'crds/*.yaml', '.jsii', 'API.md', 'README.md'] });
+project.addFields({ files: ['lib/**/*.js', 'lib/**/*.d.ts', 'crds/*.yaml', 'argocd/*.lua', '.jsii', 'API.md', 'README.md'] });
 
 // The CRD YAML is the one source of truth: the typed classes in imports/ are generated from it.
 project.addTask('import', {

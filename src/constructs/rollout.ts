@@ -26,8 +26,11 @@ export class MaxUpdate {
 
   private constructor(private readonly value: number | string) {}
 
-  /** The value as written in the Shim spec: a number or a string like "10%". */
-  public toSpecValue(): any {
+  /**
+   * The value as written in the Shim spec: a number or a string like "10%".
+   * @internal
+   */
+  public _toKube(): number | string {
     return this.value;
   }
 }
@@ -58,12 +61,25 @@ export class Rollout {
 
   private constructor(private readonly type: string, private readonly maxUpdate?: MaxUpdate) {}
 
-  /** The `spec.rolloutStrategy` object. */
-  public toSpec(): any {
+  /**
+   * The `spec.rolloutStrategy` object.
+   * @internal
+   */
+  public _toKube(): { type: string; rolling?: { maxUpdate: number | string } } {
     return this.maxUpdate
-      ? { type: this.type, rolling: { maxUpdate: this.maxUpdate.toSpecValue() } }
+      ? { type: this.type, rolling: { maxUpdate: this.maxUpdate._toKube() } }
       : { type: this.type };
   }
+}
+
+/** How the node installer restarts containerd (the Shim's `spec.restart.mode`). */
+export enum ContainerdRestartMode {
+  /** `systemctl restart <unit>` on the host. */
+  SYSTEMD = 'systemd',
+  /** A host command. */
+  COMMAND = 'command',
+  /** No restart. */
+  NONE = 'none',
 }
 
 /**
@@ -72,7 +88,7 @@ export class Rollout {
 export class ContainerdRestart {
   /** `systemctl restart <unit>` on the host, the unit chosen per distribution. */
   public static systemd(): ContainerdRestart {
-    return new ContainerdRestart('systemd');
+    return new ContainerdRestart(ContainerdRestartMode.SYSTEMD);
   }
 
   /**
@@ -83,23 +99,26 @@ export class ContainerdRestart {
     if (command.trim().length === 0) {
       throw new Error('restart: the restart command must not be empty');
     }
-    return new ContainerdRestart('command', command);
+    return new ContainerdRestart(ContainerdRestartMode.COMMAND, command);
   }
 
   /** Do not restart (k0s reloads by itself, or the operator restarts separately). */
   public static none(): ContainerdRestart {
-    return new ContainerdRestart('none');
+    return new ContainerdRestart(ContainerdRestartMode.NONE);
   }
 
   private constructor(
-    /** The restart mode: systemd, command or none. */
-    public readonly mode: string,
+    /** The restart mode. */
+    public readonly mode: ContainerdRestartMode,
     /** The restart command, for mode command. */
     public readonly restartCommand?: string,
   ) {}
 
-  /** The `spec.restart` object. */
-  public toSpec(): any {
+  /**
+   * The `spec.restart` object.
+   * @internal
+   */
+  public _toKube(): { mode: string; command?: string } {
     return this.restartCommand ? { mode: this.mode, command: this.restartCommand } : { mode: this.mode };
   }
 }

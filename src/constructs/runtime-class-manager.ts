@@ -1,17 +1,30 @@
-import { ApiObject, Duration } from 'cdk8s';
+import * as fs from 'fs';
+import { ApiObject, Chart, Duration, Lazy } from 'cdk8s';
 import { Construct } from 'constructs';
-import { SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
+import { ArgoCd, SyncWaves } from './argo-cd';
+import { clusterScoped, findUp, validateMetadata, validateTolerations } from './metadata';
 import { ContainerdRestart } from './rollout';
 import { ShimConstruct, ShimConstructProps } from './shim';
 import { ShimDefinition } from './shim-definition';
-import { installerEnvNameProblem, isDnsLabel } from '../shared/validation';
+import { ShimToleration } from './toleration';
+import { installerEnvNameProblem, isDnsLabel, isDnsSubdomain, isQuantity } from '../shared/validation';
 
-/** Pinned default images; bumped with each release of this library. */
-const DEFAULT_CONTROLLER_IMAGE = 'ghcr.io/runtime-class-manager-cdk8s/rcm-controller:0.1.0';
-const DEFAULT_INSTALLER_IMAGE = 'ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:0.1.0';
+/** Where the published images live. */
+const DEFAULT_IMAGE_REGISTRY = 'ghcr.io/runtime-class-manager-cdk8s';
 
-/** When the kubelet pulls an image. */
-export enum ImagePullPolicy {
+/**
+ * This package's version: the images are released with the package and tagged with its
+ * version (0.0.0 in a development checkout).
+ */
+function packageVersion(): string {
+  return JSON.parse(fs.readFileSync(findUp('package.json'), 'utf8')).version;
+}
+
+/**
+ * When the kubelet pulls an image. (Named apart from cdk8s-plus's `ImagePullPolicy`, so that
+ * both libraries can be imported side by side.)
+ */
+export enum PullPolicy {
   /** Always pull. */
   ALWAYS = 'Always',
   /** Pull only when the node does not have the image. */
@@ -65,20 +78,40 @@ export interface RuntimeClassManagerProps {
    */
   readonly createNamespace?: boolean;
   /**
-   * The controller image.
-   * @default 'ghcr.io/runtime-class-manager-cdk8s/rcm-controller:0.1.0'
+   * The registry (and path) both default images are pulled from, for a mirror or a private
+   * registry: the images are `<imageRegistry>/rcm-controller:<imageTag>` and
+   * `<imageRegistry>/rcm-node-installer:<imageTag>`.
+   * @default 'ghcr.io/runtime-class-manager-cdk8s'
+   */
+  readonly imageRegistry?: string;
+  /**
+   * The tag of both default images.
+   * @default - this package's version (the images are released with it)
+   */
+  readonly imageTag?: string;
+  /**
+   * The controller image, in full (overrides `imageRegistry` and `imageTag`).
+   * @default '<imageRegistry>/rcm-controller:<imageTag>'
    */
   readonly controllerImage?: string;
   /**
-   * The node installer image that the controller's Jobs run.
-   * @default 'ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:0.1.0'
+   * The node installer image that the controller's Jobs run, in full (overrides
+   * `imageRegistry` and `imageTag`).
+   * @default '<imageRegistry>/rcm-node-installer:<imageTag>'
    */
   readonly installerImage?: string;
   /**
    * Pull policy of both images.
-   * @default ImagePullPolicy.IF_NOT_PRESENT
+   * @default PullPolicy.IF_NOT_PRESENT
    */
-  readonly imagePullPolicy?: ImagePullPolicy;
+  readonly imagePullPolicy?: PullPolicy;
+  /**
+   * Names of `kubernetes.io/dockerconfigjson` Secrets in the controller's namespace used to
+   * pull both images: the controller pod's and every installer Job's `imagePullSecrets`.
+   * More with `addImagePullSecret()`.
+   * @default - none
+   */
+  readonly imagePullSecrets?: string[];
   /**
    * Controller replicas; more than one needs leader election.
    * @default 2
@@ -173,6 +206,69 @@ export interface RuntimeClassManagerProps {
    * @default - none
    */
   readonly installerEnv?: { [name: string]: string };
+  /**
+   * Labels of the controller's node: the controller runs only on nodes that carry them.
+   * @default { 'kubernetes.io/os': 'linux' }
+   */
+  readonly nodeSelector?: { [key: string]: string };
+  /**
+   * Tolerations of the controller pods (not of the installer Jobs: those take each Shim's).
+   * @default - none
+   */
+  readonly tolerations?: ShimToleration[];
+  /**
+   * The controller pods' affinity, as a Kubernetes `Affinity` object; replaces the default.
+   * @see https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#affinity-and-anti-affinity
+   * @default - with more than one replica, replicas prefer different nodes
+   */
+  readonly affinity?: { [key: string]: any };
+  /**
+   * PriorityClass of the controller pods.
+   * @default - none (the cluster's default priority)
+   */
+  readonly priorityClassName?: string;
+  /**
+   * Synthesize a PodDisruptionBudget (`policy/v1`, Kubernetes 1.21 and later) that keeps
+   * one replica through voluntary disruptions (drains).
+   * @default - true with more than one replica
+   */
+  readonly podDisruptionBudget?: boolean;
+  /**
+   * Synthesize a Prometheus Operator `ServiceMonitor` for the metrics Service (needs the
+   * monitoring.coreos.com CRDs in the cluster).
+   * @default false
+   */
+  readonly serviceMonitor?: boolean;
+  /**
+   * Synthesize a NetworkPolicy that lets the controller pods reach only the API server
+   * (`apiServerPorts`) and accept only the metrics and probe ports.
+   * @default true
+   */
+  readonly networkPolicy?: boolean;
+  /**
+   * Ports the API server listens on as the controller pods see them after the Service's
+   * address translation (what network policies match): 443 for most managed clusters,
+   * 6443 for kubeadm, k3s and kind, 16443 for microk8s.
+   * @default [443, 6443]
+   */
+  readonly apiServerPorts?: number[];
+  /**
+   * Argo CD sync waves of the objects, and of the Shims added with `addShim()`.
+   * @default - ArgoCd's default waves (Namespace -40, CRD -30, controller -20, Shims -10)
+   */
+  readonly syncWaves?: SyncWaves;
+  /**
+   * Labels added to every object this construct synthesizes (Shims added with `addShim()`
+   * included).
+   * @default - none beyond app.kubernetes.io/name, part-of and component
+   */
+  readonly labels?: { [key: string]: string };
+  /**
+   * Annotations added to every object this construct synthesizes (Shims added with
+   * `addShim()` included).
+   * @default - none beyond Argo CD's sync waves
+   */
+  readonly annotations?: { [key: string]: string };
 }
 
 const NAME = 'rcm-controller';
@@ -181,11 +277,13 @@ const COMMON_LABELS = {
   'app.kubernetes.io/part-of': 'runtime-class-manager',
 };
 const CONTROLLER_LABELS = { ...COMMON_LABELS, 'app.kubernetes.io/component': 'controller' };
+const LINUX = { 'kubernetes.io/os': 'linux' };
 
 /**
  * Everything the runtime-class-manager controller needs in a cluster: the Shim CRD, a
- * namespace, a ServiceAccount with least-privilege RBAC, and the controller Deployment.
- * Shims added with `addShim()` are installed by it.
+ * namespace, a ServiceAccount with least-privilege RBAC, the controller Deployment, its
+ * metrics Service, NetworkPolicy and PodDisruptionBudget, and the `rcm-shim-viewer` /
+ * `rcm-shim-editor` ClusterRoles. Shims added with `addShim()` are installed by it.
  */
 export class RuntimeClassManager extends Construct {
   /** Namespace of the controller and its installer Jobs. */
@@ -196,10 +294,23 @@ export class RuntimeClassManager extends Construct {
   public readonly definition: ShimDefinition;
   /** The controller Deployment. */
   public readonly deployment: ApiObject;
+  /** The Service in front of the controller's metrics port. */
+  public readonly metricsService: ApiObject;
+  /** The controller image. */
+  public readonly controllerImage: string;
+  /** The node installer image. */
+  public readonly installerImage: string;
+  /** The Argo CD sync waves in effect. */
+  public readonly syncWaves: SyncWaves;
+
+  private readonly pullSecrets: string[] = [];
+  private readonly labels: { [key: string]: string };
+  private readonly annotations: { [key: string]: string };
 
   constructor(scope: Construct, id: string, props: RuntimeClassManagerProps = {}) {
     super(scope, id);
-    this.namespace = props.namespace ?? 'runtime-class-manager';
+    // The Chart's namespace, when it has one, is where the controller goes.
+    this.namespace = props.namespace ?? Chart.of(this).namespace ?? 'runtime-class-manager';
     const replicas = props.replicas ?? 2;
     const leaderElection = props.leaderElection ?? true;
     const metricsPort = props.metricsPort ?? 8080;
@@ -213,6 +324,7 @@ export class RuntimeClassManager extends Construct {
     const failureThreshold = props.failureThreshold ?? 3;
     const kubeApiQps = props.kubeApiQps ?? 50;
     const kubeApiBurst = props.kubeApiBurst ?? 100;
+    const apiServerPorts = props.apiServerPorts ?? [443, 6443];
     validateProps(this.namespace, replicas, leaderElection, metricsPort, probePort, jobTtl);
     const installerEnv = Object.entries(props.installerEnv ?? {});
     for (const [name, value] of installerEnv) {
@@ -232,68 +344,135 @@ export class RuntimeClassManager extends Construct {
     if (wholeSeconds(maxRetryBackoff) < wholeSeconds(retryBackoff)) {
       throw new Error(`maxRetryBackoff: must not be shorter than retryBackoff (${wholeSeconds(retryBackoff)} seconds), got ${wholeSeconds(maxRetryBackoff)} seconds`);
     }
+    const resources = {
+      cpuRequest: props.resources?.cpuRequest ?? '50m',
+      cpuLimit: props.resources?.cpuLimit ?? '500m',
+      memoryRequest: props.resources?.memoryRequest ?? '64Mi',
+      memoryLimit: props.resources?.memoryLimit ?? '256Mi',
+    };
+    validateResources(resources);
+    validateMetadata('labels', props.labels);
+    validateMetadata('annotations', props.annotations);
+    validateMetadata('labels', props.nodeSelector);
+    validateTolerations('tolerations', props.tolerations ?? []);
+    if (props.priorityClassName !== undefined && !isDnsSubdomain(props.priorityClassName)) {
+      throw new Error(`priorityClassName: "${props.priorityClassName}" is not a DNS subdomain`);
+    }
+    apiServerPorts.forEach((port, i) => {
+      if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`apiServerPorts[${i}]: must be a port number from 1 to 65535, got ${port}`);
+    });
+    if (props.networkPolicy !== false && apiServerPorts.length === 0) {
+      throw new Error('apiServerPorts: the NetworkPolicy needs at least one port (or set networkPolicy: false)');
+    }
+    const registry = (props.imageRegistry ?? DEFAULT_IMAGE_REGISTRY).replace(/\/+$/, '');
+    if (registry.length === 0 || /\s|:[^/]*$|@/.test(registry.replace(/^[^/]*/, ''))) {
+      throw new Error(`imageRegistry: "${props.imageRegistry}" is not a registry and path like "registry.example.com/mirror"`);
+    }
+    const tag = props.imageTag ?? packageVersion();
+    if (!/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/.test(tag)) throw new Error(`imageTag: "${tag}" is not an image tag`);
+    this.controllerImage = props.controllerImage ?? `${registry}/rcm-controller:${tag}`;
+    this.installerImage = props.installerImage ?? `${registry}/rcm-node-installer:${tag}`;
+    this.syncWaves = ArgoCd.resolveSyncWaves(props.syncWaves);
+    this.labels = { ...props.labels };
+    this.annotations = { ...props.annotations };
+    for (const secret of props.imagePullSecrets ?? []) this.addImagePullSecret(secret);
 
+    const wave = (w: number | undefined) => ({ ...this.annotations, [ArgoCd.SYNC_WAVE_ANNOTATION]: String(w) });
     if (props.createNamespace ?? true) {
-      new ApiObject(this, 'Namespace', {
+      const ns = new ApiObject(this, 'Namespace', {
         apiVersion: 'v1',
         kind: 'Namespace',
         metadata: {
           name: this.namespace,
           labels: {
+            ...this.labels,
             ...COMMON_LABELS,
             // Installer pods are privileged by design (they edit the node's containerd).
             'pod-security.kubernetes.io/enforce': 'privileged',
           },
-          annotations: { [SYNC_WAVE_ANNOTATION]: SyncWave.NAMESPACE },
+          annotations: wave(this.syncWaves.namespace),
         },
       });
+      clusterScoped(ns);
     }
     this.definition = new ShimDefinition(this, 'Definition');
+    for (const [key, value] of Object.entries({ ...this.labels, ...COMMON_LABELS })) this.definition.resource.metadata.addLabel(key, value);
+    for (const [key, value] of Object.entries(wave(this.syncWaves.definition))) this.definition.resource.metadata.addAnnotation(key, value);
+    clusterScoped(this.definition.resource);
 
     const controllerMeta = (name: string, namespaced: boolean) => ({
       name,
       ...(namespaced ? { namespace: this.namespace } : {}),
-      labels: CONTROLLER_LABELS,
-      annotations: { [SYNC_WAVE_ANNOTATION]: SyncWave.CONTROLLER },
+      labels: { ...this.labels, ...CONTROLLER_LABELS },
+      annotations: wave(this.syncWaves.controller),
     });
+    const object = (objectId: string, namespaced: boolean, body: any) => {
+      const o = new ApiObject(this, objectId, body);
+      if (!namespaced) clusterScoped(o);
+      return o;
+    };
 
-    new ApiObject(this, 'ServiceAccount', {
+    object('ServiceAccount', true, {
       apiVersion: 'v1',
       kind: 'ServiceAccount',
       metadata: controllerMeta(NAME, true),
     });
-    new ApiObject(this, 'ClusterRole', {
+    object('ClusterRole', false, {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRole',
       metadata: controllerMeta(NAME, false),
       rules: CLUSTER_RULES,
     });
-    new ApiObject(this, 'ClusterRoleBinding', {
+    object('ClusterRoleBinding', false, {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRoleBinding',
       metadata: controllerMeta(NAME, false),
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: NAME },
       subjects: [{ kind: 'ServiceAccount', name: NAME, namespace: this.namespace }],
     });
-    new ApiObject(this, 'Role', {
+    object('Role', true, {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'Role',
       metadata: controllerMeta(NAME, true),
       rules: NAMESPACE_RULES,
     });
-    new ApiObject(this, 'RoleBinding', {
+    object('RoleBinding', true, {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'RoleBinding',
       metadata: controllerMeta(NAME, true),
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: NAME },
       subjects: [{ kind: 'ServiceAccount', name: NAME, namespace: this.namespace }],
     });
+    // Roles for people: reading Shims joins the cluster's `view` role; writing them is root on
+    // every selected node, so the editor role is only ever bound on purpose.
+    object('ShimViewerRole', false, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: {
+        ...controllerMeta('rcm-shim-viewer', false),
+        labels: {
+          ...controllerMeta('rcm-shim-viewer', false).labels,
+          'rbac.authorization.k8s.io/aggregate-to-view': 'true',
+          'rbac.authorization.k8s.io/aggregate-to-edit': 'true',
+          'rbac.authorization.k8s.io/aggregate-to-admin': 'true',
+        },
+      },
+      rules: [{ apiGroups: ['runtime.spinkube.dev'], resources: ['shims', 'shims/status'], verbs: ['get', 'list', 'watch'] }],
+    });
+    object('ShimEditorRole', false, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: controllerMeta('rcm-shim-editor', false),
+      rules: [
+        { apiGroups: ['runtime.spinkube.dev'], resources: ['shims'], verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'] },
+        { apiGroups: ['runtime.spinkube.dev'], resources: ['shims/status'], verbs: ['get', 'list', 'watch'] },
+      ],
+    });
 
-    const pullPolicy = props.imagePullPolicy ?? ImagePullPolicy.IF_NOT_PRESENT;
-    const resources = props.resources ?? {};
-    const args = [
+    const pullPolicy = props.imagePullPolicy ?? PullPolicy.IF_NOT_PRESENT;
+    const staticArgs = [
       `--namespace=${this.namespace}`,
-      `--installer-image=${props.installerImage ?? DEFAULT_INSTALLER_IMAGE}`,
+      `--installer-image=${this.installerImage}`,
       `--installer-image-pull-policy=${pullPolicy}`,
       `--leader-elect=${leaderElection}`,
       `--metrics-bind-address=:${metricsPort}`,
@@ -301,7 +480,7 @@ export class RuntimeClassManager extends Construct {
       `--log-format=${props.logFormat ?? LogFormat.JSON}`,
       `--default-restart-mode=${(props.defaultRestart ?? ContainerdRestart.systemd()).mode}`,
       ...(props.defaultRestart?.restartCommand ? [`--default-restart-command=${props.defaultRestart.restartCommand}`] : []),
-      `--job-ttl-seconds=${jobTtl.toSeconds()}`,
+      `--job-ttl-seconds=${jobTtl.toSeconds({ integral: false })}`,
       `--lease-duration-seconds=${leaseDuration.toSeconds()}`,
       `--workers=${workers}`,
       `--resync-seconds=${resyncPeriod.toSeconds()}`,
@@ -312,7 +491,10 @@ export class RuntimeClassManager extends Construct {
       `--kube-api-burst=${kubeApiBurst}`,
       ...installerEnv.map(([name, value]) => `--installer-env=${name}=${value}`),
     ];
-    this.deployment = new ApiObject(this, 'Deployment', {
+    const args = () => [...staticArgs, ...[...this.pullSecrets].sort().map(name => `--installer-image-pull-secret=${name}`)];
+    const podLabels = { ...this.labels, ...CONTROLLER_LABELS };
+    const spread = replicas > 1;
+    this.deployment = object('Deployment', true, {
       apiVersion: 'apps/v1',
       kind: 'Deployment',
       metadata: controllerMeta(NAME, true),
@@ -320,9 +502,13 @@ export class RuntimeClassManager extends Construct {
         replicas,
         selector: { matchLabels: CONTROLLER_LABELS },
         template: {
-          metadata: { labels: CONTROLLER_LABELS },
+          metadata: { labels: podLabels, annotations: props.annotations ? { ...props.annotations } : undefined },
           spec: {
             serviceAccountName: NAME,
+            imagePullSecrets: Lazy.any({ produce: () => this.renderPullSecrets() }),
+            nodeSelector: { ...(props.nodeSelector ?? LINUX) },
+            tolerations: props.tolerations?.map(t => ({ ...t })),
+            priorityClassName: props.priorityClassName,
             securityContext: {
               runAsNonRoot: true,
               runAsUser: 65532,
@@ -330,19 +516,28 @@ export class RuntimeClassManager extends Construct {
               seccompProfile: { type: 'RuntimeDefault' },
             },
             terminationGracePeriodSeconds: 30,
-            affinity: replicas > 1 ? {
+            affinity: props.affinity ?? (spread ? {
               podAntiAffinity: {
                 preferredDuringSchedulingIgnoredDuringExecution: [{
                   weight: 100,
                   podAffinityTerm: { topologyKey: 'kubernetes.io/hostname', labelSelector: { matchLabels: CONTROLLER_LABELS } },
                 }],
               },
-            } : undefined,
+            } : undefined),
+            // Replicas spread over zones where the nodes say which zone they are in.
+            topologySpreadConstraints: spread ? [
+              {
+                maxSkew: 1,
+                topologyKey: 'topology.kubernetes.io/zone',
+                whenUnsatisfiable: 'ScheduleAnyway',
+                labelSelector: { matchLabels: CONTROLLER_LABELS },
+              },
+            ] : undefined,
             containers: [{
               name: 'controller',
-              image: props.controllerImage ?? DEFAULT_CONTROLLER_IMAGE,
+              image: this.controllerImage,
               imagePullPolicy: pullPolicy,
-              args,
+              args: Lazy.any({ produce: args }),
               env: [
                 { name: 'POD_NAME', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
                 { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
@@ -354,8 +549,8 @@ export class RuntimeClassManager extends Construct {
               livenessProbe: { httpGet: { path: '/healthz', port: 'probes' }, initialDelaySeconds: 5, periodSeconds: 10 },
               readinessProbe: { httpGet: { path: '/readyz', port: 'probes' }, initialDelaySeconds: 2, periodSeconds: 5 },
               resources: {
-                requests: { cpu: resources.cpuRequest ?? '50m', memory: resources.memoryRequest ?? '64Mi' },
-                limits: { cpu: resources.cpuLimit ?? '500m', memory: resources.memoryLimit ?? '256Mi' },
+                requests: { cpu: resources.cpuRequest, memory: resources.memoryRequest },
+                limits: { cpu: resources.cpuLimit, memory: resources.memoryLimit },
               },
               securityContext: {
                 allowPrivilegeEscalation: false,
@@ -369,15 +564,106 @@ export class RuntimeClassManager extends Construct {
         },
       },
     });
+
+    this.metricsService = object('MetricsService', true, {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: {
+        ...controllerMeta(`${NAME}-metrics`, true),
+        labels: { ...controllerMeta(NAME, true).labels, 'app.kubernetes.io/component': 'metrics' },
+      },
+      spec: {
+        type: 'ClusterIP',
+        selector: CONTROLLER_LABELS,
+        ports: [{ name: 'metrics', port: metricsPort, targetPort: 'metrics', protocol: 'TCP' }],
+      },
+    });
+    if (props.serviceMonitor ?? false) {
+      object('ServiceMonitor', true, {
+        apiVersion: 'monitoring.coreos.com/v1',
+        kind: 'ServiceMonitor',
+        metadata: {
+          ...controllerMeta(NAME, true),
+          // The Prometheus Operator's CRD may come later (or from another Application).
+          annotations: { ...wave(this.syncWaves.controller), [ArgoCd.SYNC_OPTIONS_ANNOTATION]: ArgoCd.SKIP_DRY_RUN_ON_MISSING_RESOURCE },
+        },
+        spec: {
+          selector: { matchLabels: { ...CONTROLLER_LABELS, 'app.kubernetes.io/component': 'metrics' } },
+          namespaceSelector: { matchNames: [this.namespace] },
+          endpoints: [{ port: 'metrics', path: '/metrics', interval: '30s' }],
+        },
+      });
+    }
+    if (props.podDisruptionBudget ?? spread) {
+      object('PodDisruptionBudget', true, {
+        apiVersion: 'policy/v1',
+        kind: 'PodDisruptionBudget',
+        metadata: controllerMeta(NAME, true),
+        spec: { minAvailable: 1, selector: { matchLabels: CONTROLLER_LABELS } },
+      });
+    }
+    if (props.networkPolicy ?? true) {
+      object('NetworkPolicy', true, {
+        apiVersion: 'networking.k8s.io/v1',
+        kind: 'NetworkPolicy',
+        metadata: controllerMeta(NAME, true),
+        spec: {
+          podSelector: { matchLabels: CONTROLLER_LABELS },
+          policyTypes: ['Ingress', 'Egress'],
+          // Scrapes and probes only (probes come from the kubelet, which most network
+          // plugins let through anyway).
+          ingress: [{ ports: [{ protocol: 'TCP', port: metricsPort }, { protocol: 'TCP', port: probePort }] }],
+          // The API server only: the controller resolves no names (it dials the in-cluster
+          // address it is given) and downloads nothing (the installer pods do, on the host network).
+          egress: [{ ports: [...apiServerPorts].sort((a, b) => a - b).map(port => ({ protocol: 'TCP', port })) }],
+        },
+      });
+    }
+
+    this.node.addValidation({ validate: () => this.validateSingleManager() });
   }
 
   /**
-   * Add a Shim that this manager's controller installs.
+   * Pull both images with one more Secret (of type `kubernetes.io/dockerconfigjson`, in the
+   * controller's namespace): the controller pod and every installer Job get it.
+   * @param secretName the Secret's name
+   */
+  public addImagePullSecret(secretName: string): void {
+    if (!isDnsSubdomain(secretName)) throw new Error(`imagePullSecrets: "${secretName}" is not a DNS subdomain`);
+    if (!this.pullSecrets.includes(secretName)) this.pullSecrets.push(secretName);
+  }
+
+  private renderPullSecrets(): { name: string }[] | undefined {
+    return this.pullSecrets.length ? [...this.pullSecrets].sort().map(name => ({ name })) : undefined;
+  }
+
+  /** The image pull Secrets of the controller and of the installer Jobs. */
+  public get imagePullSecrets(): string[] {
+    return [...this.pullSecrets];
+  }
+
+  /**
+   * Add a Shim that this manager's controller installs (in the manager's `shims` sync wave,
+   * with the manager's labels and annotations unless `props` says otherwise).
    * @param id construct id (also the Shim's name unless `props.name` is set)
    * @param props the Shim
    */
   public addShim(id: string, props: ShimConstructProps): ShimConstruct {
-    return new ShimConstruct(this, id, props);
+    return new ShimConstruct(this, id, {
+      ...props,
+      syncWave: props.syncWave ?? this.syncWaves.shims,
+      labels: { ...this.labels, ...props.labels },
+      annotations: { ...this.annotations, ...props.annotations },
+    });
+  }
+
+  private validateSingleManager(): string[] {
+    const managers = this.node.root.node.findAll().filter((c): c is RuntimeClassManager => c instanceof RuntimeClassManager);
+    if (managers.length > 1 && managers[0] === this) {
+      return [`RuntimeClassManager: one per cluster, and this app has ${managers.length} (${managers.map(m => m.node.path).join(', ')}): ` +
+        'they would emit the CRD twice, bind one ClusterRole to two ServiceAccounts and run two controllers over the same Shims'];
+    }
+    return [];
   }
 }
 
@@ -418,7 +704,33 @@ function validateProps(namespace: string, replicas: number, leaderElection: bool
   if (metricsPort === probePort) {
     throw new Error(`probePort: must differ from metricsPort (both ${probePort})`);
   }
-  if (jobTtl.toSeconds() < 0) {
-    throw new Error(`jobTtl: must not be negative, got ${jobTtl.toSeconds()} seconds`);
+  const ttl = jobTtl.toSeconds({ integral: false });
+  if (!Number.isInteger(ttl) || ttl < 0) {
+    throw new Error(`jobTtl: must be a whole number >= 0 of seconds, got ${ttl}`);
+  }
+}
+
+const SUFFIXES: { [suffix: string]: number } = Object.fromEntries([
+  ...['n', 'u', 'm', '', 'k', 'M', 'G', 'T', 'P', 'E'].map((suffix, i) => [suffix, 10 ** (3 * i - 9)]),
+  ...['Ki', 'Mi', 'Gi', 'Ti', 'Pi', 'Ei'].map((suffix, i) => [suffix, 2 ** (10 * (i + 1))]),
+]);
+
+/** A quantity's value (approximate: enough to compare a request with its limit). */
+function quantityValue(quantity: string): number {
+  const m = /^([+-]?[0-9.]+)(?:[eE]([+-]?[0-9]+))?([a-zA-Z]*)$/.exec(quantity)!;
+  return Number(m[1]) * (m[2] ? 10 ** Number(m[2]) : 1) * (SUFFIXES[m[3]] ?? NaN);
+}
+
+function validateResources(r: Required<ControllerResources>): void {
+  for (const [field, quantity] of Object.entries(r)) {
+    if (!isQuantity(quantity)) throw new Error(`resources.${field}: "${quantity}" is not a Kubernetes quantity`);
+    if (quantityValue(quantity) <= 0) throw new Error(`resources.${field}: must be above zero, got "${quantity}"`);
+  }
+  for (const kind of ['cpu', 'memory'] as const) {
+    const request = r[`${kind}Request`];
+    const limit = r[`${kind}Limit`];
+    if (quantityValue(request) > quantityValue(limit)) {
+      throw new Error(`resources.${kind}Request: "${request}" is above resources.${kind}Limit "${limit}"`);
+    }
   }
 }

@@ -1,14 +1,16 @@
-import { ApiObject, Lazy } from 'cdk8s';
-import { Construct, IConstruct } from 'constructs';
-import { SKIP_DRY_RUN, SYNC_OPTIONS_ANNOTATION, SYNC_WAVE_ANNOTATION, SyncWave } from './argo-cd';
+import { ApiObject, JsonPatch, Lazy } from 'cdk8s';
+import { Construct, IConstruct, Node } from 'constructs';
+import { ArgoCd } from './argo-cd';
+import { clusterScoped, validateMetadata, validateTolerations } from './metadata';
 import { ContainerdRestart, Rollout } from './rollout';
 import { ContainerdHandlerSettings, ShimPayload } from './runtime-payload';
+import { ShimToleration } from './toleration';
 import {
   Shim, ShimSpec, ShimSpecRolloutStrategyRollingMaxUpdate,
   ShimSpecRuntimeClassOverheadPodFixed,
 } from '../../imports/runtime.spinkube.dev';
 import { ShimNodeLabels } from '../shared/node-labels';
-import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256, nodeArch } from '../shared/validation';
+import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256, nodeArch, runtimeOptionKeyProblem } from '../shared/validation';
 
 /** A shim artifact for one node platform. */
 export interface ShimPlatformArtifact {
@@ -57,35 +59,6 @@ export interface ShimImageArtifact {
    * @default - the controller's installer pull secrets only
    */
   readonly imagePullSecrets?: string[];
-}
-
-/** A toleration added to pods of the shim's RuntimeClass and to its installer Jobs. */
-export interface ShimToleration {
-  /**
-   * The taint key to tolerate.
-   * @default - every key (with operator Exists)
-   */
-  readonly key?: string;
-  /**
-   * `Exists` or `Equal`.
-   * @default 'Equal'
-   */
-  readonly operator?: string;
-  /**
-   * The taint value to tolerate (operator Equal).
-   * @default - empty
-   */
-  readonly value?: string;
-  /**
-   * `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-   * @default - every effect
-   */
-  readonly effect?: string;
-  /**
-   * How long a NoExecute taint is tolerated, in seconds.
-   * @default - forever
-   */
-  readonly tolerationSeconds?: number;
 }
 
 /** Props of a `ShimConstruct`. */
@@ -183,10 +156,23 @@ export interface ShimConstructProps {
    * @default true
    */
   readonly createRuntimeClass?: boolean;
+  /**
+   * Labels of the Shim and its RuntimeClass.
+   * @default - none
+   */
+  readonly labels?: { [key: string]: string };
+  /**
+   * Annotations of the Shim and its RuntimeClass.
+   * @default - none beyond Argo CD's sync wave and options
+   */
+  readonly annotations?: { [key: string]: string };
+  /**
+   * Argo CD sync wave of the Shim and its RuntimeClass.
+   * @default - the `shims` wave of the RuntimeClassManager that adds it, else ArgoCd.DEFAULT_SHIMS_WAVE
+   */
+  readonly syncWave?: number;
 }
 
-const TOLERATION_OPERATORS = ['Exists', 'Equal'];
-const TOLERATION_EFFECTS = ['NoSchedule', 'PreferNoSchedule', 'NoExecute'];
 
 /**
  * One Shim custom resource and, by default, its RuntimeClass. The RuntimeClass schedules
@@ -197,7 +183,7 @@ export class ShimConstruct extends Construct {
   public readonly name: string;
   /** The runtime handler. */
   public readonly handler: string;
-  /** The RuntimeClass name. */
+  /** The RuntimeClass name, for a pod's `runtimeClassName` (see also `runWorkload()`). */
   public readonly runtimeClassName: string;
   /** The Shim object. */
   public readonly resource: ApiObject;
@@ -218,6 +204,7 @@ export class ShimConstruct extends Construct {
     this.handler = props.handler;
     this.runtimeClassName = props.runtimeClassName ?? this.name;
     validateProps(this.name, this.runtimeClassName, props);
+    const syncWave = String(props.syncWave ?? ArgoCd.DEFAULT_SHIMS_WAVE);
     this.allowInsecureHttp = props.allowInsecureHttp ?? false;
     this.location = props.location;
     this.image = props.image;
@@ -249,18 +236,21 @@ export class ShimConstruct extends Construct {
       },
       rolloutStrategy: rolloutSpec(props.rollout ?? Rollout.recreate()),
       containerdRuntimeOptions: props.runtimeOptions,
-      restart: props.restart?.toSpec(),
+      restart: props.restart?._toKube() as any,
     };
     this.resource = new Shim(this, 'Resource', {
       metadata: {
         name: this.name,
+        labels: props.labels,
         annotations: {
-          [SYNC_WAVE_ANNOTATION]: SyncWave.SHIM,
-          [SYNC_OPTIONS_ANNOTATION]: SKIP_DRY_RUN,
+          ...props.annotations,
+          [ArgoCd.SYNC_WAVE_ANNOTATION]: syncWave,
+          [ArgoCd.SYNC_OPTIONS_ANNOTATION]: ArgoCd.SKIP_DRY_RUN_ON_MISSING_RESOURCE,
         },
       },
       spec,
     });
+    clusterScoped(this.resource);
 
     if (props.createRuntimeClass ?? true) {
       this.runtimeClass = new ApiObject(this, 'RuntimeClass', {
@@ -268,9 +258,9 @@ export class ShimConstruct extends Construct {
         kind: 'RuntimeClass',
         metadata: {
           name: this.runtimeClassName,
-          labels: { 'app.kubernetes.io/managed-by': 'runtime-class-manager' },
+          labels: { ...props.labels, 'app.kubernetes.io/managed-by': 'runtime-class-manager' },
           // The controller adopts this RuntimeClass (and only a RuntimeClass that says so).
-          annotations: { [SYNC_WAVE_ANNOTATION]: SyncWave.SHIM, [ShimNodeLabels.ADOPT_ANNOTATION]: this.name },
+          annotations: { ...props.annotations, [ArgoCd.SYNC_WAVE_ANNOTATION]: syncWave, [ShimNodeLabels.ADOPT_ANNOTATION]: this.name },
         },
         handler: this.handler,
         scheduling: {
@@ -281,6 +271,7 @@ export class ShimConstruct extends Construct {
         },
         overhead: props.overhead ? { podFixed: { ...props.overhead } } : undefined,
       });
+      clusterScoped(this.runtimeClass);
     }
 
     this.node.addValidation({ validate: () => this.validateUniqueness() });
@@ -297,6 +288,24 @@ export class ShimConstruct extends Construct {
       throw new Error(`platforms: ${artifact.os}/${artifact.arch} is given twice`);
     }
     this.platforms.push({ ...artifact });
+  }
+
+  /**
+   * Run a workload's pods under this Shim's RuntimeClass: sets `runtimeClassName` in its pod
+   * template. Takes a cdk8s-plus workload (`Deployment`, `StatefulSet`, `DaemonSet`, `Job`,
+   * `CronJob`, `Pod`, of any cdk8s-plus version) or a generated `Kube*` object of those kinds.
+   * @param workload the workload construct
+   */
+  public runWorkload(workload: IConstruct): void {
+    const apiObject = workload instanceof ApiObject ? workload : Node.of(workload).defaultChild;
+    if (!(apiObject instanceof ApiObject)) {
+      throw new Error(`runWorkload: ${workload.node.path} is not a workload (it has no Kubernetes object as its default child)`);
+    }
+    const podSpec = POD_SPEC_PATHS[apiObject.kind];
+    if (podSpec === undefined) {
+      throw new Error(`runWorkload: ${workload.node.path} is a ${apiObject.kind}, not one of ${Object.keys(POD_SPEC_PATHS).join(', ')}`);
+    }
+    apiObject.addJsonPatch(JsonPatch.add(`${podSpec}/runtimeClassName`, this.runtimeClassName));
   }
 
   private renderPlatforms(): any {
@@ -318,7 +327,8 @@ export class ShimConstruct extends Construct {
       if (other === this) continue;
       if (other.name === this.name) errors.push(`Shim "${this.name}": name is used by another Shim in this app (${other.node.path})`);
       if (other.handler === this.handler) errors.push(`Shim "${this.name}": handler "${this.handler}" is also claimed by Shim "${other.name}"`);
-      if (other.runtimeClass && this.runtimeClass && other.runtimeClassName === this.runtimeClassName) {
+      // Whether synthesized or left to the controller, one RuntimeClass cannot serve two Shims.
+      if (other.runtimeClassName === this.runtimeClassName) {
         errors.push(`Shim "${this.name}": runtimeClassName "${this.runtimeClassName}" is also used by Shim "${other.name}"`);
       }
     }
@@ -334,9 +344,20 @@ function mapValues<T>(map: { [key: string]: string }, convert: (value: string) =
   return Object.fromEntries(Object.entries(map).map(([key, value]) => [key, convert(value)]));
 }
 
+/** Where each workload kind keeps its pod spec. */
+const POD_SPEC_PATHS: { [kind: string]: string } = {
+  Pod: '/spec',
+  Deployment: '/spec/template/spec',
+  StatefulSet: '/spec/template/spec',
+  DaemonSet: '/spec/template/spec',
+  ReplicaSet: '/spec/template/spec',
+  Job: '/spec/template/spec',
+  CronJob: '/spec/jobTemplate/spec/template/spec',
+};
+
 /** The generated class wraps int-or-string values; a Rollout speaks plain JSON. */
 function rolloutSpec(rollout: Rollout): any {
-  const spec = rollout.toSpec();
+  const spec = rollout._toKube();
   if (spec.rolling === undefined) return spec;
   const maxUpdate = spec.rolling.maxUpdate;
   return {
@@ -373,16 +394,17 @@ function validateProps(name: string, runtimeClassName: string, props: ShimConstr
   for (const [resource, quantity] of Object.entries(props.overhead ?? {})) {
     if (!isQuantity(quantity)) throw new Error(`overhead.${resource}: "${quantity}" is not a Kubernetes quantity`);
   }
-  (props.tolerations ?? []).forEach((t, i) => {
-    if (t.operator !== undefined && !TOLERATION_OPERATORS.includes(t.operator)) {
-      throw new Error(`tolerations[${i}].operator: "${t.operator}" is not one of ${TOLERATION_OPERATORS.join(', ')}`);
-    }
-    if (t.effect !== undefined && !TOLERATION_EFFECTS.includes(t.effect)) {
-      throw new Error(`tolerations[${i}].effect: "${t.effect}" is not one of ${TOLERATION_EFFECTS.join(', ')}`);
-    }
-    if (t.operator === 'Exists' && t.value) throw new Error(`tolerations[${i}].value: must be empty with operator Exists`);
-    if (t.key === undefined && t.operator !== 'Exists') throw new Error(`tolerations[${i}].key: an empty key needs operator Exists`);
-  });
+  for (const [key, value] of Object.entries(props.runtimeOptions ?? {})) {
+    const problem = runtimeOptionKeyProblem(key);
+    if (problem) throw new Error(`runtimeOptions: ${problem}`);
+    if (/[\r\n]/.test(value)) throw new Error(`runtimeOptions.${key}: the value must be one line (the installer receives one option per line)`);
+  }
+  validateMetadata('labels', props.labels);
+  validateMetadata('annotations', props.annotations);
+  if (props.syncWave !== undefined && !Number.isInteger(props.syncWave)) {
+    throw new Error(`syncWave: must be a whole number, got ${props.syncWave}`);
+  }
+  validateTolerations('tolerations', props.tolerations ?? []);
 }
 
 function validatePlatform(p: ShimPlatformArtifact, index: number, allowInsecureHttp: boolean): void {

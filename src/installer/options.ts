@@ -1,7 +1,7 @@
 import { HandlerSettings } from './containerd-config';
 import { badInput } from './errors';
 import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
-import { isDnsLabel, isSha256 } from '../shared/validation';
+import { isDnsLabel, isSha256, runtimeOptionKeyProblem } from '../shared/validation';
 
 export type Command = 'install' | 'uninstall' | 'status';
 export type RestartMode = 'systemd' | 'command' | 'none';
@@ -154,7 +154,8 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
 
   const runtimeOptions = keyValues(repeated['runtime-option'] ?? [], 'runtime-option');
   for (const key of Object.keys(runtimeOptions)) {
-    if (!/^[A-Za-z0-9_]+$/.test(key)) throw badInput(`--runtime-option: key "${key}" may only hold letters, digits and '_'`);
+    const problem = runtimeOptionKeyProblem(key);
+    if (problem) throw badInput(`--runtime-option: ${problem}`);
   }
   const payloadShim = single['payload-shim'];
   if (payloadShim !== undefined && (payloadShim === '' || payloadShim.startsWith('/') || payloadShim.split('/').some(p => p === '..' || p === '.' || p === ''))) {

@@ -75,3 +75,12 @@ export function installerEnvNameProblem(name: string): string | undefined {
   if (RESERVED_INSTALLER_ENV.includes(name)) return `"${name}" is set per Shim by the controller and cannot be overridden`;
   return undefined;
 }
+
+/**
+ * Why `key` cannot be a key of the handler's options table in containerd's config, or
+ * undefined when it can (the node installer writes keys bare, so only these characters).
+ */
+export function runtimeOptionKeyProblem(key: string): string | undefined {
+  if (!/^[A-Za-z0-9_]+$/.test(key)) return `key "${key}" may only hold letters, digits and '_'`;
+  return undefined;
+}

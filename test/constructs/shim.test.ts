@@ -1,5 +1,5 @@
 import { App, Chart, Testing } from 'cdk8s';
-import { ContainerdRestart, MaxUpdate, Rollout, RuntimeOverhead, ShimConstruct, ShimConstructProps, ShimNodeLabels } from '../../src';
+import { ContainerdRestart, MaxUpdate, Rollout, RuntimeOverhead, ShimConstruct, ShimConstructProps, ShimNodeLabels, TolerationEffect, TolerationOperator } from '../../src';
 
 const SHA = 'a'.repeat(64);
 const BASE: ShimConstructProps = { handler: 'spin', location: 'https://example.com/spin.tar.gz', sha256: SHA };
@@ -43,7 +43,7 @@ describe('ShimConstruct', () => {
       runtimeOptions: { SystemdCgroup: 'true' },
       restart: ContainerdRestart.command('/usr/local/bin/restart-containerd'),
       overhead: { memory: '64Mi' },
-      tolerations: [{ key: 'wasm', operator: 'Exists', effect: 'NoSchedule' }],
+      tolerations: [{ key: 'wasm', operator: TolerationOperator.EXISTS, effect: TolerationEffect.NO_SCHEDULE }],
     }, 'Spin');
 
     // THEN
@@ -61,7 +61,7 @@ describe('ShimConstruct', () => {
     const { objects } = synthShim(BASE);
     const shim = objects.find(o => o.kind === 'Shim');
     expect(shim.metadata.annotations).toEqual({
-      'argocd.argoproj.io/sync-wave': '0',
+      'argocd.argoproj.io/sync-wave': '-10',
       'argocd.argoproj.io/sync-options': 'SkipDryRunOnMissingResource=true',
     });
   });
@@ -88,6 +88,24 @@ describe('ShimConstruct', () => {
     // THEN it is in the synthesized spec
     const spec = Testing.synth(chart)[0].spec;
     expect(spec.fetchStrategy.platforms).toEqual([{ os: 'linux', arch: 'amd64', location: 'https://example.com/a.tgz' }]);
+  });
+
+  test('labels and annotations go on the Shim and its RuntimeClass; Argo CD keys stay', () => {
+    // GIVEN labels, annotations and a sync wave
+    const { objects } = synthShim({ ...BASE, labels: { team: 'platform' }, annotations: { 'example.com/owner': 'wasm', 'argocd.argoproj.io/sync-wave': '7' }, syncWave: -5 });
+    // THEN both objects carry them, and the sync wave is the prop's
+    for (const o of objects) {
+      expect(o.metadata.labels).toMatchObject({ team: 'platform' });
+      expect(o.metadata.annotations).toMatchObject({ 'example.com/owner': 'wasm', 'argocd.argoproj.io/sync-wave': '-5' });
+    }
+  });
+
+  test('in a Chart with a namespace, the cluster-scoped Shim and RuntimeClass carry none', () => {
+    const app = Testing.app();
+    const chart = new Chart(app, 'c', { namespace: 'apps' });
+    new ShimConstruct(chart, 'spin', BASE);
+    const objects = Testing.synth(chart);
+    expect(objects.map(o => o.metadata.namespace)).toEqual([undefined, undefined]);
   });
 
   test('plain http only when explicitly allowed', () => {
@@ -136,10 +154,20 @@ describe('ShimConstruct', () => {
         platforms: [{ os: 'linux', arch: 'amd64', location: 'https://e.com/a' }, { os: 'linux', arch: 'amd64', location: 'https://e.com/b' }],
       }, /^platforms: linux\/amd64 is given twice/],
       ['a bad overhead quantity', { overhead: { memory: 'lots' } }, /^overhead.memory: "lots" is not a Kubernetes quantity/],
-      ['a bad toleration operator', { tolerations: [{ key: 'k', operator: 'In' }] }, /^tolerations\[0\].operator: "In" is not one of Exists, Equal/],
-      ['a bad toleration effect', { tolerations: [{ key: 'k', effect: 'Evict' }] }, /^tolerations\[0\].effect: "Evict"/],
-      ['a toleration with Exists and a value', { tolerations: [{ key: 'k', operator: 'Exists', value: 'v' }] }, /^tolerations\[0\].value: must be empty with operator Exists/],
+      ['a bad toleration operator (from JavaScript)', { tolerations: [{ key: 'k', operator: 'In' as any }] }, /^tolerations\[0\].operator: "In" is not one of Exists, Equal/],
+      ['a bad toleration effect (from JavaScript)', { tolerations: [{ key: 'k', effect: 'Evict' as any }] }, /^tolerations\[0\].effect: "Evict"/],
+      ['a toleration with Exists and a value', { tolerations: [{ key: 'k', operator: TolerationOperator.EXISTS, value: 'v' }] }, /^tolerations\[0\].value: must be empty with operator Exists/],
       ['a toleration without key and not Exists', { tolerations: [{ value: 'v' }] }, /^tolerations\[0\].key: an empty key needs operator Exists/],
+      ['tolerationSeconds with NoSchedule', { tolerations: [{ key: 'k', effect: TolerationEffect.NO_SCHEDULE, tolerationSeconds: 60 }] },
+        /^tolerations\[0\].tolerationSeconds: only applies to effect NoExecute, got effect NoSchedule/],
+      ['tolerationSeconds without an effect', { tolerations: [{ key: 'k', tolerationSeconds: 60 }] }, /^tolerations\[0\].tolerationSeconds: only applies to effect NoExecute, got effect \(every effect\)/],
+      ['fractional tolerationSeconds', { tolerations: [{ key: 'k', effect: TolerationEffect.NO_EXECUTE, tolerationSeconds: 1.5 }] }, /^tolerations\[0\].tolerationSeconds: must be a whole number, got 1.5/],
+      ['a runtime option key the installer refuses', { runtimeOptions: { 'Binary.Name': 'x' } }, /^runtimeOptions: key "Binary.Name" may only hold letters, digits and '_'/],
+      ['a runtime option value with a newline', { runtimeOptions: { ConfigPath: '/a\nInjected=true' } }, /^runtimeOptions.ConfigPath: the value must be one line/],
+      ['a label key that Kubernetes refuses', { labels: { 'team name': 'x' } }, /^labels: key "team name": the name "team name" must be 1 to 63/],
+      ['a label value that Kubernetes refuses', { labels: { team: 'a b' } }, /^labels: the value "a b" of "team"/],
+      ['an annotation key with a bad prefix', { annotations: { 'Example.com/x': 'y' } }, /^annotations: key "Example.com\/x": the prefix "Example.com" is not a DNS subdomain/],
+      ['a fractional sync wave', { syncWave: 1.5 }, /^syncWave: must be a whole number, got 1.5/],
     ];
     test.each(CASES)('%s', (_what, override, message) => {
       const { id, ...props } = override;
@@ -205,6 +233,13 @@ describe('ShimConstruct', () => {
 
     test('duplicate RuntimeClass names', () => {
       const app = twoShims({ ...BASE, runtimeClassName: 'wasm' }, { ...BASE, handler: 'other', runtimeClassName: 'wasm' });
+      expect(() => app.synth()).toThrow(/runtimeClassName "wasm" is also used by Shim "(one|two)"/);
+    });
+
+    test('a RuntimeClass name shared with a Shim that leaves its RuntimeClass to the controller', () => {
+      // GIVEN one Shim whose RuntimeClass the controller makes, and another that synthesizes one of the same name
+      const app = twoShims({ ...BASE, runtimeClassName: 'wasm', createRuntimeClass: false }, { ...BASE, handler: 'other', runtimeClassName: 'wasm' });
+      // THEN synth fails (the controller would report a RuntimeClassConflict on the cluster)
       expect(() => app.synth()).toThrow(/runtimeClassName "wasm" is also used by Shim "(one|two)"/);
     });
 

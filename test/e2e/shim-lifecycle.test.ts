@@ -6,7 +6,7 @@ import * as net from 'net';
 import * as path from 'path';
 import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
 import * as tar from 'tar';
-import { ContainerdRestart, ImagePullPolicy, RuntimeClassManager, ShimConstructProps, ShimNodeLabels } from '../../src';
+import { ContainerdRestart, PullPolicy, RuntimeClassManager, ShimConstructProps, ShimNodeLabels } from '../../src';
 import { freePort } from '../support/control-plane';
 import { tail } from '../support/files';
 import { bindStrayControllersToV1 } from '../support/host-cgroups';
@@ -84,7 +84,7 @@ function synthApp(shims: Record<string, AppShim>, ports: { api: number; metrics:
   const manager = new RuntimeClassManager(chart, 'Manager', {
     controllerImage: CONTROLLER_IMAGE,
     installerImage: INSTALLER_IMAGE,
-    imagePullPolicy: ImagePullPolicy.IF_NOT_PRESENT,
+    imagePullPolicy: PullPolicy.IF_NOT_PRESENT,
     replicas: 1,
     metricsPort: ports.metrics,
     probePort: ports.probes,
