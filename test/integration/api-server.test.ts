@@ -3,6 +3,7 @@ import * as fs from 'fs';
 import { App, Chart, Testing, Yaml } from 'cdk8s';
 import { WasmShims } from '../../examples/wasm-shims/main';
 import { ControlPlane, startControlPlane } from '../support/control-plane';
+import { Rest } from '../support/rest';
 import { kubeBinary } from '../support/tools';
 
 // The synthesized example and hand-written Shims against a real kube-apiserver 1.20:
@@ -15,7 +16,9 @@ beforeAll(async () => {
   cp = await startControlPlane();
   const app = Testing.app();
   new WasmShims(app, 'wasm-shims');
-  manifests = app.charts.flatMap((c: Chart) => c.toJson());
+  // All but the PodDisruptionBudget: policy/v1 is served from Kubernetes 1.21, and this API
+  // server is 1.20 (podDisruptionBudget: false is the setting for such clusters).
+  manifests = app.charts.flatMap((c: Chart) => c.toJson()).filter(o => o.kind !== 'PodDisruptionBudget');
 }, 120_000);
 
 afterAll(async () => {
@@ -89,7 +92,7 @@ function applyExampleByWaves(): void {
 describe('the synthesized example on a real API server', () => {
   test('applies wave by wave with server-side apply, and the CRD becomes Established', () => {
     // GIVEN the example's objects, annotated with Argo CD sync waves
-    expect([...new Set(manifests.map(syncWave))].sort((a, b) => a - b)).toEqual([-3, -2, -1, 0]);
+    expect([...new Set(manifests.map(syncWave))].sort((a, b) => a - b)).toEqual([-40, -30, -20, -10]);
 
     // WHEN each wave is applied in order
     applyExampleByWaves();
@@ -113,14 +116,20 @@ describe('the synthesized example on a real API server', () => {
     // WHEN a second synth of the app is applied
     const app = new App();
     new WasmShims(app, 'wasm-shims');
-    applyServerSide(app.charts.flatMap(c => c.toJson()));
+    applyServerSide(app.charts.flatMap(c => c.toJson()).filter(o => o.kind !== 'PodDisruptionBudget'));
     // THEN no Shim got a new generation
     expect(cp.kubectl(['get', 'shims', '-o', 'jsonpath={range .items[*]}{.metadata.name}={.metadata.generation} {end}'])).toBe(before);
   });
 
-  test('the printer columns show RuntimeClass, Ready, Nodes, Failed and Age', () => {
+  test('the printer columns show RuntimeClass, Ready, Nodes, Failed, Degraded and Age', async () => {
     const header = cp.kubectl(['get', 'shims']).split('\n')[0];
-    expect(header.split(/\s+/)).toEqual(['NAME', 'RUNTIMECLASS', 'READY', 'NODES', 'FAILED', 'AGE']);
+    expect(header.split(/\s+/)).toEqual(['NAME', 'RUNTIMECLASS', 'READY', 'NODES', 'FAILED', 'DEGRADED', 'AGE']);
+    // the Degraded column reads the condition
+    await new Rest(cp.server, cp.adminToken, cp.caFile).request('PATCH', '/apis/runtime.spinkube.dev/v1alpha1/shims/wasmtime-v1/status',
+      { status: { conditions: [{ type: 'Degraded', status: 'True', reason: 'InstallFailed', message: 'x', lastTransitionTime: '2026-11-22T00:00:00Z' }] } },
+      'application/merge-patch+json');
+    const row = cp.kubectl(['get', 'shim', 'wasmtime-v1', '--no-headers']).split(/\s+/);
+    expect(row[5]).toBe('True');
     expect(cp.kubectl(['get', 'shm', '-o', 'name'])).toContain('shim.runtime.spinkube.dev/spin-v2');
     expect(cp.kubectl(['get', 'rcm', '-o', 'name'])).toContain('shim.runtime.spinkube.dev/wasmtime-v1');
   });
@@ -224,6 +233,24 @@ describe('the Shim schema', () => {
     expect(r.status).not.toBe(0);
     expect(r.stderr).toMatch(message);
     expect(kubectlResult(['get', 'shim', 'rejected']).status).not.toBe(0);
+  });
+});
+
+describe('the roles for people', () => {
+  beforeAll(() => {
+    applyExampleByWaves();
+    for (const [user, role] of [['alice', 'rcm-shim-editor'], ['bob', 'rcm-shim-viewer']]) {
+      cp.kubectl(['create', 'clusterrolebinding', `${user}-${role}`, `--clusterrole=${role}`, `--user=${user}`]);
+    }
+  });
+  const canI = (user: string, verb: string, resource: string) => kubectlResult(['auth', 'can-i', verb, resource, `--as=${user}`]).stdout.trim();
+
+  test('rcm-shim-editor writes Shims, rcm-shim-viewer only reads them', () => {
+    expect(['create', 'patch', 'delete', 'list'].map(v => canI('alice', v, 'shims.runtime.spinkube.dev'))).toEqual(['yes', 'yes', 'yes', 'yes']);
+    expect(['list', 'watch', 'get'].map(v => canI('bob', v, 'shims.runtime.spinkube.dev'))).toEqual(['yes', 'yes', 'yes']);
+    expect(['create', 'patch', 'delete'].map(v => canI('bob', v, 'shims.runtime.spinkube.dev'))).toEqual(['no', 'no', 'no']);
+    // neither may touch the status the controller writes
+    expect(canI('alice', 'patch', 'shims.runtime.spinkube.dev/status')).toBe('no');
   });
 });
 
