@@ -3,7 +3,7 @@
 //
 // Pin each artifact's sha256 in production (sha256: '...' on every platform entry): the
 // installer verifies it before anything on the node changes, and warns loudly without it.
-import { App, Chart } from 'cdk8s';
+import { ApiObject, App, Chart } from 'cdk8s';
 import { Construct } from 'constructs';
 import { MaxUpdate, RuntimeClassManager, Rollout } from '../../src';
 
@@ -16,7 +16,7 @@ export class WasmShims extends Chart {
 
     const manager = new RuntimeClassManager(this, 'Manager');
 
-    manager.addShim('spin-v2', {
+    const spin = manager.addShim('spin-v2', {
       handler: 'spin',
       runtimeClassName: 'wasmtime-spin-v2',
       nodeSelector: { 'spin.example.com/enabled': 'true' },
@@ -36,6 +36,24 @@ export class WasmShims extends Chart {
       ],
       rollout: Rollout.rolling({ maxUpdate: MaxUpdate.count(2) }),
     });
+
+    // A workload under the Spin shim's RuntimeClass: a cdk8s-plus Deployment works the same
+    // way (spin.runWorkload(deployment)). At Argo CD's default wave 0, it starts only once the
+    // Shims (wave -10) are healthy, i.e. installed.
+    const hello = new ApiObject(this, 'hello-spin', {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: 'hello-spin', namespace: 'default' },
+      spec: {
+        replicas: 1,
+        selector: { matchLabels: { app: 'hello-spin' } },
+        template: {
+          metadata: { labels: { app: 'hello-spin' } },
+          spec: { containers: [{ name: 'hello', image: 'ghcr.io/spinframework/containerd-shim-spin/examples/spin-rust-hello:v0.19.0', command: ['/'] }] },
+        },
+      },
+    });
+    spin.runWorkload(hello);
   }
 }
 

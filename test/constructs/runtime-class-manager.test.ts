@@ -1,5 +1,6 @@
 import * as fs from 'fs';
 import { App, Chart, Duration, Testing, Yaml } from 'cdk8s';
+import { WasmShims } from '../../examples/wasm-shims/main';
 import { ArgoCd, ContainerdRestart, PullPolicy, LogFormat, RuntimeClassManager, RuntimeClassManagerProps, ShimConstruct, ShimDefinition, TolerationEffect, TolerationOperator } from '../../src';
 
 const VERSION = JSON.parse(fs.readFileSync(`${__dirname}/../../package.json`, 'utf8')).version;
@@ -341,7 +342,12 @@ describe('RuntimeClassManager', () => {
   });
 });
 
-test('the example app synthesizes', () => {
+test('the example app synthesizes, its workload under the Spin RuntimeClass at wave 0', () => {
   // The example's own module is what `npx projen example` runs.
-  expect(fs.existsSync(require.resolve('../../examples/wasm-shims/main'))).toBe(true);
+  const app = Testing.app();
+  new WasmShims(app, 'wasm-shims');
+  const objects = app.charts.flatMap((c: Chart) => c.toJson());
+  const hello = objects.find((o: any) => o.metadata.name === 'hello-spin');
+  expect(hello.spec.template.spec.runtimeClassName).toBe('wasmtime-spin-v2');
+  expect(hello.metadata.annotations?.[ArgoCd.SYNC_WAVE_ANNOTATION]).toBeUndefined();
 });
