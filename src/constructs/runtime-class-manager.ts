@@ -73,10 +73,19 @@ export interface RuntimeClassManagerProps {
    */
   readonly namespace?: string;
   /**
-   * Create the namespace (labelled to allow the privileged installer pods).
+   * Create the namespace(s): the installer Jobs' labelled to allow privileged pods, the
+   * controller's (when separate) to allow only restricted ones.
    * @default true
    */
   readonly createNamespace?: boolean;
+  /**
+   * Namespace of the installer Jobs and their pods, which are privileged: apart from the
+   * controller's, so that the controller's namespace can enforce the `restricted` Pod
+   * Security level and fewer people need rights where privileged pods run. Installer pull
+   * secrets (`imagePullSecrets`, a Shim's image pull secrets) must exist there too.
+   * @default - the controller's namespace
+   */
+  readonly installerNamespace?: string;
   /**
    * The registry (and path) both default images are pulled from, for a mirror or a private
    * registry: the images are `<imageRegistry>/rcm-controller:<imageTag>` and
@@ -106,8 +115,9 @@ export interface RuntimeClassManagerProps {
    */
   readonly imagePullPolicy?: PullPolicy;
   /**
-   * Names of `kubernetes.io/dockerconfigjson` Secrets in the controller's namespace used to
-   * pull both images: the controller pod's and every installer Job's `imagePullSecrets`.
+   * Names of `kubernetes.io/dockerconfigjson` Secrets used to pull both images: the
+   * controller pod's and every installer Job's `imagePullSecrets` (so each Secret must exist
+   * in the controller's namespace and, when separate, in `installerNamespace`).
    * More with `addImagePullSecret()`.
    * @default - none
    */
@@ -286,8 +296,10 @@ const LINUX = { 'kubernetes.io/os': 'linux' };
  * `rcm-shim-editor` ClusterRoles. Shims added with `addShim()` are installed by it.
  */
 export class RuntimeClassManager extends Construct {
-  /** Namespace of the controller and its installer Jobs. */
+  /** Namespace of the controller. */
   public readonly namespace: string;
+  /** Namespace of the installer Jobs (the controller's unless `installerNamespace` is set). */
+  public readonly installerNamespace: string;
   /** The controller's ServiceAccount name. */
   public readonly serviceAccountName: string = NAME;
   /** The Shim CRD. */
@@ -325,7 +337,12 @@ export class RuntimeClassManager extends Construct {
     const kubeApiQps = props.kubeApiQps ?? 50;
     const kubeApiBurst = props.kubeApiBurst ?? 100;
     const apiServerPorts = props.apiServerPorts ?? [443, 6443];
+    this.installerNamespace = props.installerNamespace ?? this.namespace;
     validateProps(this.namespace, replicas, leaderElection, metricsPort, probePort, jobTtl);
+    if (!isDnsLabel(this.installerNamespace)) {
+      throw new Error(`installerNamespace: "${this.installerNamespace}" is not a DNS label (lowercase letters, digits and '-', at most 63 characters)`);
+    }
+    const separate = this.installerNamespace !== this.namespace;
     const installerEnv = Object.entries(props.installerEnv ?? {});
     for (const [name, value] of installerEnv) {
       const problem = installerEnvNameProblem(name);
@@ -379,21 +396,18 @@ export class RuntimeClassManager extends Construct {
 
     const wave = (w: number | undefined) => ({ ...this.annotations, [ArgoCd.SYNC_WAVE_ANNOTATION]: String(w) });
     if (props.createNamespace ?? true) {
-      const ns = new ApiObject(this, 'Namespace', {
+      const namespace = (objectId: string, name: string, level: string) => clusterScoped(new ApiObject(this, objectId, {
         apiVersion: 'v1',
         kind: 'Namespace',
         metadata: {
-          name: this.namespace,
-          labels: {
-            ...this.labels,
-            ...COMMON_LABELS,
-            // Installer pods are privileged by design (they edit the node's containerd).
-            'pod-security.kubernetes.io/enforce': 'privileged',
-          },
+          name,
+          labels: { ...this.labels, ...COMMON_LABELS, 'pod-security.kubernetes.io/enforce': level },
           annotations: wave(this.syncWaves.namespace),
         },
-      });
-      clusterScoped(ns);
+      }));
+      // Installer pods are privileged by design (they edit the node's containerd).
+      namespace('Namespace', this.namespace, separate ? 'restricted' : 'privileged');
+      if (separate) namespace('InstallerNamespace', this.installerNamespace, 'privileged');
     }
     this.definition = new ShimDefinition(this, 'Definition');
     for (const [key, value] of Object.entries({ ...this.labels, ...COMMON_LABELS })) this.definition.resource.metadata.addLabel(key, value);
@@ -430,19 +444,21 @@ export class RuntimeClassManager extends Construct {
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: NAME },
       subjects: [{ kind: 'ServiceAccount', name: NAME, namespace: this.namespace }],
     });
-    object('Role', true, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'Role',
-      metadata: controllerMeta(NAME, true),
-      rules: NAMESPACE_RULES,
-    });
-    object('RoleBinding', true, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'RoleBinding',
-      metadata: controllerMeta(NAME, true),
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: NAME },
-      subjects: [{ kind: 'ServiceAccount', name: NAME, namespace: this.namespace }],
-    });
+    // Jobs and pods where the installers run, the Lease where the controller runs.
+    const roles: [string, string, string, any[]][] = separate
+      ? [['', NAME, this.namespace, [LEASE_RULE]], ['Installer', `${NAME}-installers`, this.installerNamespace, INSTALLER_RULES]]
+      : [['', NAME, this.namespace, [...INSTALLER_RULES, LEASE_RULE]]];
+    for (const [prefix, name, namespace, rules] of roles) {
+      const metadata = { ...controllerMeta(name, true), namespace };
+      object(`${prefix}Role`, true, { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata, rules });
+      object(`${prefix}RoleBinding`, true, {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata,
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name },
+        subjects: [{ kind: 'ServiceAccount', name: NAME, namespace: this.namespace }],
+      });
+    }
     // Roles for people: reading Shims joins the cluster's `view` role; writing them is root on
     // every selected node, so the editor role is only ever bound on purpose.
     object('ShimViewerRole', false, {
@@ -472,6 +488,7 @@ export class RuntimeClassManager extends Construct {
     const pullPolicy = props.imagePullPolicy ?? PullPolicy.IF_NOT_PRESENT;
     const staticArgs = [
       `--namespace=${this.namespace}`,
+      ...(separate ? [`--installer-namespace=${this.installerNamespace}`] : []),
       `--installer-image=${this.installerImage}`,
       `--installer-image-pull-policy=${pullPolicy}`,
       `--leader-elect=${leaderElection}`,
@@ -678,12 +695,12 @@ const CLUSTER_RULES = [
   // Events about a cluster-scoped Shim go to the default namespace.
   { apiGroups: ['', 'events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
 ];
-const NAMESPACE_RULES = [
+const INSTALLER_RULES = [
   // deletecollection: succeeded Jobs go in one request per pass, not one per node.
   { apiGroups: ['batch'], resources: ['jobs'], verbs: ['get', 'list', 'watch', 'create', 'delete', 'deletecollection'] },
   { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
-  { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'list', 'watch', 'create', 'update'] },
 ];
+const LEASE_RULE = { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'list', 'watch', 'create', 'update'] };
 
 function validateProps(namespace: string, replicas: number, leaderElection: boolean,
   metricsPort: number, probePort: number, jobTtl: Duration): void {

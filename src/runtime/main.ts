@@ -7,7 +7,7 @@ import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
 import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
 import { Logger } from '../shared/log';
-import { installerEnvNameProblem, isDnsSubdomain } from '../shared/validation';
+import { installerEnvNameProblem, isDnsLabel, isDnsSubdomain } from '../shared/validation';
 
 /** A flag of the controller: every one takes a value, most have a default. */
 interface Flag extends FlagSpec {
@@ -16,7 +16,8 @@ interface Flag extends FlagSpec {
 
 const FLAGS: Flag[] = [
   { name: 'kubeconfig', arg: 'FILE', help: 'kubeconfig file (default: in-cluster config)' },
-  { name: 'namespace', arg: 'NAME', help: 'namespace of the controller and its installer Jobs', default: process.env.POD_NAMESPACE ?? 'runtime-class-manager' },
+  { name: 'namespace', arg: 'NAME', help: 'namespace of the controller (its Lease) and, by default, of its installer Jobs', default: process.env.POD_NAMESPACE ?? 'runtime-class-manager' },
+  { name: 'installer-namespace', arg: 'NAME', help: 'namespace of the installer Jobs, their pods and pull secrets (default: --namespace)' },
   { name: 'installer-image', arg: 'IMAGE', help: 'node installer image', default: 'ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:0.1.0' },
   { name: 'installer-image-pull-policy', arg: 'POLICY', help: 'Always, IfNotPresent or Never', default: 'IfNotPresent' },
   { name: 'installer-image-pull-secret', arg: 'NAME', help: 'a Secret in --namespace that installer pods pull their image with (repeatable)', repeat: true },
@@ -74,6 +75,9 @@ function parseArgs(argv: string[]): Flags | 'help' {
     const problem = installerEnvNameProblem(name);
     if (problem) throw new Error(`--installer-env: ${problem}`);
   }
+  if (values['installer-namespace'] !== undefined && !isDnsLabel(values['installer-namespace'])) {
+    throw new Error(`--installer-namespace: "${values['installer-namespace']}" is not a namespace name`);
+  }
   const imagePullSecrets = parsed.repeated['installer-image-pull-secret'] ?? [];
   for (const name of imagePullSecrets) {
     if (!isDnsSubdomain(name)) throw new Error(`--installer-image-pull-secret: "${name}" is not a Secret name`);
@@ -109,7 +113,8 @@ async function main(): Promise<void> {
   // The Lease has a client of its own: a backlog of rollout writes must not delay its renewal.
   const leaseKube = new Kube(config, countWrite);
   const controller = new Controller(kube, {
-    namespace: flags.namespace,
+    // Everything the controller does in a namespace concerns installer Jobs, but the Lease.
+    namespace: flags['installer-namespace'] || flags.namespace,
     image: flags['installer-image'],
     pullPolicy: flags['installer-image-pull-policy'],
     ttlSeconds: Number(flags['job-ttl-seconds']),

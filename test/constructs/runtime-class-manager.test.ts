@@ -284,6 +284,23 @@ describe('RuntimeClassManager', () => {
     expect(objects.find(o => o.kind === 'ClusterRoleBinding').subjects[0].namespace).toBe('platform-system');
   });
 
+  test('security: installer Jobs in a namespace of their own; the controller\'s enforces restricted pods', () => {
+    // GIVEN a separate installer namespace
+    const { byKind, deployment, manager } = synth({ installerNamespace: 'rcm-installers' });
+    // THEN two namespaces: privileged pods only where the installers run
+    expect(byKind('Namespace').map((n: any) => [n.metadata.name, n.metadata.labels['pod-security.kubernetes.io/enforce']]))
+      .toEqual([['runtime-class-manager', 'restricted'], ['rcm-installers', 'privileged']]);
+    // AND the controller may handle Jobs and pods only there, and its Lease only at home
+    const roles = Object.fromEntries(byKind('Role').map((r: any) => [r.metadata.namespace, r.rules.flatMap((rule: any) => rule.resources)]));
+    expect(roles).toEqual({ 'runtime-class-manager': ['leases'], 'rcm-installers': ['jobs', 'pods'] });
+    for (const b of byKind('RoleBinding')) expect(b.subjects).toEqual([{ kind: 'ServiceAccount', name: 'rcm-controller', namespace: 'runtime-class-manager' }]);
+    expect(deployment.spec.template.spec.containers[0].args.slice(0, 2)).toEqual(['--namespace=runtime-class-manager', '--installer-namespace=rcm-installers']);
+    expect(manager.installerNamespace).toBe('rcm-installers');
+    // AND by default one namespace, no flag
+    expect(synth().deployment.spec.template.spec.containers[0].args.join(' ')).not.toMatch(/installer-namespace/);
+    expect(() => synth({ installerNamespace: 'Installers' })).toThrow(/^installerNamespace: "Installers" is not a DNS label/);
+  });
+
   test('two managers in one app fail synth, naming both', () => {
     const app = Testing.app();
     new RuntimeClassManager(new Chart(app, 'a'), 'Manager');

@@ -19,6 +19,8 @@ import { kubeBinary } from '../support/tools';
 // handler), and that no started installer pod is killed before it finishes.
 
 const NS = 'runtime-class-manager';
+/** The installer Jobs' own namespace (installerNamespace): the controller's RBAC is split across the two. */
+const INSTALLERS = 'rcm-installers';
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-controller-'));
 const CONTROLLER = path.join(work, 'rcm-controller.js');
 const shimsPath = '/apis/runtime.spinkube.dev/v1alpha1/shims';
@@ -65,7 +67,7 @@ const selects = (selector: Record<string, string>, labels: Record<string, string
 
 async function playKubelet(): Promise<void> {
   const [pods, nodes, rcs] = await Promise.all([
-    admin.get(`/api/v1/namespaces/${NS}/pods`).then(l => l.items),
+    admin.get(`/api/v1/namespaces/${INSTALLERS}/pods`).then(l => l.items),
     admin.get('/api/v1/nodes').then(l => l.items),
     admin.get('/apis/node.k8s.io/v1/runtimeclasses').then(l => l.items),
   ]);
@@ -104,7 +106,7 @@ async function playKubelet(): Promise<void> {
     if (!node || notReady.has(node)) continue; // a node whose kubelet is down does nothing
     if (pod.metadata.deletionTimestamp) {
       // the kubelet confirms a deletion once the containers are gone
-      await admin.request('DELETE', `/api/v1/namespaces/${NS}/pods/${name}`, { gracePeriodSeconds: 0 }).catch(() => undefined);
+      await admin.request('DELETE', `/api/v1/namespaces/${INSTALLERS}/pods/${name}`, { gracePeriodSeconds: 0 }).catch(() => undefined);
       continue;
     }
     if (['Succeeded', 'Failed'].includes(pod.status?.phase)) continue;
@@ -113,7 +115,7 @@ async function playKubelet(): Promise<void> {
     if (v === 'unstarted') continue;
     const container = pod.spec.containers[0];
     if (!pod.status?.startTime) {
-      await admin.request('PATCH', `/api/v1/namespaces/${NS}/pods/${name}/status`, { status: { phase: 'Running', startTime: now } }, 'application/merge-patch+json');
+      await admin.request('PATCH', `/api/v1/namespaces/${INSTALLERS}/pods/${name}/status`, { status: { phase: 'Running', startTime: now } }, 'application/merge-patch+json');
       runningPods.set(name, f);
     }
     if (v === 'hold') continue;
@@ -126,7 +128,7 @@ async function playKubelet(): Promise<void> {
       : { outcome: 'failed', ...failure };
     runningPods.delete(name);
     finishedPods.push({ ...f, outcome: v });
-    await admin.request('PATCH', `/api/v1/namespaces/${NS}/pods/${name}/status`, {
+    await admin.request('PATCH', `/api/v1/namespaces/${INSTALLERS}/pods/${name}/status`, {
       status: {
         phase: v === 'succeed' ? 'Succeeded' : 'Failed',
         containerStatuses: [{
@@ -164,7 +166,7 @@ async function addNode(name: string, labels: Record<string, string>): Promise<vo
 async function startController(name: string): Promise<void> {
   const log = path.join(work, `${name}.log`);
   const child = spawn(process.execPath, [CONTROLLER,
-    `--kubeconfig=${saKubeconfig}`, `--namespace=${NS}`, '--installer-image=docker.io/library/rcm-node-installer:test',
+    `--kubeconfig=${saKubeconfig}`, `--namespace=${NS}`, `--installer-namespace=${INSTALLERS}`, '--installer-image=docker.io/library/rcm-node-installer:test',
     '--installer-env=NO_PROXY=127.0.0.1', '--installer-env=RCM_INSTALL_ROOT=/var/lib/rcm',
     '--installer-image-pull-secret=regcred',
     '--leader-elect=true', '--lease-duration-seconds=4', `--identity=${name}`, '--resync-seconds=3', '--log-format=text',
@@ -177,7 +179,7 @@ const KEY = (shim: string) => ShimNodeLabels.handlerKey(shim);
 
 async function diagnostics(): Promise<string> {
   const shims = await admin.get(shimsPath).catch(() => ({ items: [] }));
-  const jobs = await admin.get(`/apis/batch/v1/namespaces/${NS}/jobs`).catch(() => ({ items: [] }));
+  const jobs = await admin.get(`/apis/batch/v1/namespaces/${INSTALLERS}/jobs`).catch(() => ({ items: [] }));
   const nodes = await admin.get('/api/v1/nodes').catch(() => ({ items: [] }));
   return [
     'shims: ' + JSON.stringify(shims.items.map((s: any) => ({ name: s.metadata.name, status: s.status, finalizers: s.metadata.finalizers }))),
@@ -192,7 +194,7 @@ async function diagnostics(): Promise<string> {
 
 const getShim = (name = 'spin') => admin.get(`${shimsPath}/${name}`);
 const gone = async (p: string) => admin.get(p).then(() => false, (e: any) => e.code === 404);
-const jobsOf = async (shim: string, operation?: string) => (await admin.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items
+const jobsOf = async (shim: string, operation?: string) => (await admin.get(`/apis/batch/v1/namespaces/${INSTALLERS}/jobs`)).items
   .filter((j: any) => j.metadata.annotations['runtime.spinkube.dev/shim'] === shim && (!operation || j.metadata.annotations['runtime.spinkube.dev/operation'] === operation));
 const nodeLabels = async (name: string) => (await admin.get(`/api/v1/nodes/${name}`)).metadata.labels ?? {};
 const condition = (shim: any, type: string) => shim.status?.conditions?.find((c: any) => c.type === type);
@@ -228,7 +230,7 @@ beforeAll(async () => {
   // The manager's objects as synthesized (the Deployment aside: the test runs the controller;
   // the PodDisruptionBudget too: policy/v1 is served from Kubernetes 1.21, this is 1.20).
   const chart = Testing.chart();
-  new RuntimeClassManager(chart, 'Manager');
+  new RuntimeClassManager(chart, 'Manager', { installerNamespace: INSTALLERS });
   const objects = Testing.synth(chart).filter(o => o.kind !== 'Deployment' && o.kind !== 'PodDisruptionBudget');
   managerYaml = Yaml.stringify(...objects);
   cp.kubectl(['apply', '-f', '-'], { input: managerYaml });
