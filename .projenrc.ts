@@ -2,8 +2,8 @@ import { cdk8s, javascript } from 'projen';
 
 // The programs bundled into single files (the images need only `node`).
 const bundles = [
-  { entry: 'src/runtime/main.ts', out: 'lib/rcm-controller.js', bin: 'rcm-controller' },
-  { entry: 'src/installer/main.ts', out: 'lib/rcm-node-installer.js', bin: 'rcm-node-installer' },
+  { entry: 'src/runtime/main.ts', out: 'lib/rcm-controller.js' },
+  { entry: 'src/installer/main.ts', out: 'lib/rcm-node-installer.js' },
 ];
 
 const project = new cdk8s.ConstructLibraryCdk8s({
@@ -20,10 +20,24 @@ const project = new cdk8s.ConstructLibraryCdk8s({
   typescriptVersion: '~5.9.0',
   cdk8sVersion: '2.68.12',
   constructsVersion: '10.3.0',
-  github: false,
-  release: false,
+  // The release path of cdk8s construct libraries: projen's release workflow on GitHub
+  // Actions, versions bumped from conventional commits (feat: minor, fix: patch; 0.x until
+  // a major is chosen), the npm package and the jsii packages for Python, Java, .NET and Go.
+  github: true,
+  githubOptions: { mergify: false, pullRequestLint: false },
+  pullRequestTemplate: false,
+  release: true,
+  releaseToNpm: true,
   depsUpgrade: false,
   buildWorkflow: false,
+  publishToPypi: { distName: 'runtime-class-manager-cdk8s', module: 'runtime_class_manager_cdk8s' },
+  publishToMaven: {
+    javaPackage: 'dev.runtimeclassmanager.cdk8s',
+    mavenGroupId: 'dev.runtime-class-manager-cdk8s',
+    mavenArtifactId: 'runtime-class-manager-cdk8s',
+  },
+  publishToNuget: { dotNetNamespace: 'RuntimeClassManager.Cdk8s', packageId: 'RuntimeClassManager.Cdk8s' },
+  publishToGo: { moduleName: 'github.com/runtime-class-manager-cdk8s/runtime-class-manager-cdk8s-go' },
   docgen: true,
   keywords: ['cdk8s', 'kubernetes', 'containerd', 'runtimeclass', 'wasm', 'shim'],
 
@@ -76,10 +90,15 @@ const project = new cdk8s.ConstructLibraryCdk8s({
 project.deps.removeDependency('eslint-import-resolver-typescript');
 project.addDevDeps('eslint-import-resolver-typescript@~3.6.3');
 
-project.package.addBin(Object.fromEntries(bundles.map(b => [b.bin, b.out])));
 // jsii and TypeScript consumers find the declarations beside the entrypoint.
 project.package.addField('types', 'lib/src/index.d.ts');
-project.addFields({ files: ['lib/**/*.js', 'lib/**/*.d.ts', 'crds/*.yaml', 'argocd/*.lua', '.jsii', 'API.md', 'README.md'] });
+// The library's files only: the two program bundles (6.7 MB) run in the images, which are
+// built from the repository, so neither the npm package nor the jsii packages (which embed
+// it) carry them. They are attached to each GitHub release instead.
+project.addFields({
+  files: ['lib/src/**/*.js', 'lib/src/**/*.d.ts', 'lib/imports/**/*.js', 'lib/imports/**/*.d.ts',
+    'crds/*.yaml', 'argocd/*.lua', '.jsii', 'API.md', 'README.md'],
+});
 
 // The CRD YAML is the one source of truth: the typed classes in imports/ are generated from it.
 project.addTask('import', {
@@ -95,7 +114,9 @@ const bundle = project.addTask('bundle:programs', {
   description: 'Bundle the controller and the node installer into single files under lib/',
 });
 for (const b of bundles) {
-  bundle.exec(`esbuild ${b.entry} --bundle --platform=node --target=node20 --format=cjs --sourcemap=inline --banner:js='#!/usr/bin/env node' --outfile=${b.out}`);
+  // RCM_VERSION: the package version, which the release has bumped by now (default image tags).
+  bundle.exec(`esbuild ${b.entry} --bundle --platform=node --target=node20 --format=cjs --sourcemap=inline --banner:js='#!/usr/bin/env node' `
+    + `--define:RCM_VERSION="\\"$(node -p 'require(\"./package.json\").version')\\"" --outfile=${b.out}`);
   bundle.exec(`chmod +x ${b.out}`);
 }
 project.postCompileTask.spawn(typecheckPrograms);
@@ -127,6 +148,49 @@ project.addTask('images', {
   description: 'Build the controller and node-installer images as OCI tarballs without Docker (into dist/images/)',
   exec: 'ts-node --transpile-only -P tsconfig.json test/support/product-images.ts dist/images',
 });
+// The release also builds the two images from images/Dockerfile, tagged with the package
+// version (the constructs default to that tag), and attaches the bundles to the release.
+project.release?.addJobs({
+  release_images: {
+    name: 'Publish the controller and node-installer images',
+    needs: ['release', 'release_github'],
+    runsOn: ['ubuntu-latest'],
+    permissions: { contents: 'write' as any, packages: 'write' as any },
+    if: 'needs.release.outputs.latest_commit == github.sha',
+    steps: [
+      { uses: 'actions/checkout@v4' },
+      { uses: 'actions/download-artifact@v4', with: { name: 'build-artifact', path: 'dist' } },
+      { uses: 'docker/setup-buildx-action@v3' },
+      { uses: 'docker/login-action@v3', with: { registry: 'ghcr.io', username: '${{ github.actor }}', password: '${{ secrets.GITHUB_TOKEN }}' } },
+      {
+        name: 'Build and push',
+        run: [
+          'version=$(cat dist/version.txt)',
+          'for target in controller node-installer; do',
+          '  docker buildx build -f images/Dockerfile --target "$target" --platform linux/amd64,linux/arm64 --push \\',
+          '    -t "ghcr.io/runtime-class-manager-cdk8s/rcm-$target:$version" .',
+          'done',
+        ].join('\n'),
+      },
+      {
+        name: 'Attach the program bundles to the release',
+        env: { GH_TOKEN: '${{ secrets.GITHUB_TOKEN }}' },
+        run: [
+          'version=$(cat dist/version.txt)',
+          'npm ci --no-audit --no-fund && npx projen bundle:programs',
+          'gh release upload "v$version" lib/rcm-controller.js lib/rcm-node-installer.js --repo "$GITHUB_REPOSITORY"',
+        ].join('\n'),
+      },
+    ],
+  },
+});
+
+// The release build runs the whole test suite, which needs what CI has (.ci/run): a Debian 12
+// machine, root, the Debian archive (scripts/provision.sh builds the test control plane from
+// Debian's Kubernetes source package). GitHub's hosted runners are Ubuntu without root, so
+// that one job runs on a self-hosted Debian 12 runner; the publishing jobs stay hosted.
+project.github?.tryFindWorkflow('release')?.file?.addOverride('jobs.release.runs-on', ['self-hosted', 'linux', 'debian-12']);
+
 project.addTask('bench', {
   description: 'Run the benchmarks (prints figures and ratios against a baseline)',
   exec: 'bash bench/run-all.sh',

@@ -4,7 +4,8 @@
 # control plane) and the Kubernetes 1.20.2 control plane built from Debian's source
 # package, cached outside the work tree. Idempotent: a second run only checks.
 #
-# lua5.1 runs the Argo CD health check of the Shim kind in the tests (Argo CD speaks Lua 5.1).
+# lua5.1 runs the Argo CD health check of the Shim kind in the tests (Argo CD speaks Lua 5.1);
+# python3-build, setuptools, wheel and golang-go build and check the jsii targets in CI.
 #
 # Usage: scripts/provision.sh            (needs root for apt-get)
 # Env:   RCM_CACHE_DIR   where built binaries are cached (default ~/.cache/rcm)
@@ -16,7 +17,7 @@ KUBE_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 DEB_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static openssl
   iproute2 util-linux curl ca-certificates file strace
-  lua5.1)
+  lua5.1 python3-build python3-setuptools python3-wheel golang-go)
 BUILD_PACKAGES=(golang-go rsync jq golang-github-modern-go-reflect2-dev dpkg-dev)
 
 log() { printf '[provision] %s\n' "$*" >&2; }

@@ -9,6 +9,10 @@ import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shar
 import { Logger } from '../shared/log';
 import { installerEnvNameProblem, isDnsLabel, isDnsSubdomain } from '../shared/validation';
 
+/** The package version, set by the bundler (the images are released with it). */
+declare const RCM_VERSION: string | undefined;
+const VERSION = typeof RCM_VERSION === 'string' ? RCM_VERSION : '0.0.0';
+
 /** A flag of the controller: every one takes a value, most have a default. */
 interface Flag extends FlagSpec {
   readonly default?: string;
@@ -18,9 +22,9 @@ const FLAGS: Flag[] = [
   { name: 'kubeconfig', arg: 'FILE', help: 'kubeconfig file (default: in-cluster config)' },
   { name: 'namespace', arg: 'NAME', help: 'namespace of the controller (its Lease) and, by default, of its installer Jobs', default: process.env.POD_NAMESPACE ?? 'runtime-class-manager' },
   { name: 'installer-namespace', arg: 'NAME', help: 'namespace of the installer Jobs, their pods and pull secrets (default: --namespace)' },
-  { name: 'installer-image', arg: 'IMAGE', help: 'node installer image', default: 'ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:0.1.0' },
+  { name: 'installer-image', arg: 'IMAGE', help: 'node installer image', default: `ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:${VERSION}` },
   { name: 'installer-image-pull-policy', arg: 'POLICY', help: 'Always, IfNotPresent or Never', default: 'IfNotPresent' },
-  { name: 'installer-image-pull-secret', arg: 'NAME', help: 'a Secret in --namespace that installer pods pull their image with (repeatable)', repeat: true },
+  { name: 'installer-image-pull-secret', arg: 'NAME', help: 'a Secret in the installer namespace that installer pods pull their images with (repeatable)', repeat: true },
   { name: 'leader-elect', arg: 'BOOL', help: 'elect one active replica through a Lease', default: 'true' },
   { name: 'lease-duration-seconds', arg: 'N', help: 'how long a leader holds the Lease without renewing', default: '15' },
   { name: 'identity', arg: 'NAME', help: 'this replica in the Lease', default: process.env.POD_NAME ?? `${os.hostname()}-${process.pid}` },
