@@ -6,7 +6,7 @@
 #    language cannot express;
 #  - Python: the sdist and the wheel, with Debian's python3-build and setuptools (no build
 #    isolation: jsii-pacmak's own Python build pins newer setuptools, build and twine from PyPI);
-#  - Go: gofmt over the generated module (compiling it needs the jsii runtime, cdk8s and
+#  - Go: gofmt parses the generated module (compiling it needs the jsii runtime, cdk8s and
 #    constructs Go modules from the Go module proxy);
 #  - Java and .NET: code only. Maven needs the jsii runtime, cdk8s and constructs jars and its
 #    plugins from Maven Central; Debian 12 packages no .NET SDK, and the packages come from
@@ -31,8 +31,7 @@ done
 ls "$out/python"/*.whl "$out/python"/*.tar.gz >/dev/null
 log "python: $(cd "$out/python" && ls)"
 
-unformatted=$(gofmt -l "$out/code/go")
-[ -z "$unformatted" ] || { log "gofmt: not gofmt-clean or not parseable: $unformatted"; exit 1; }
-gofmt -e "$out/code/go" >/dev/null
-log "go: $(find "$out/code/go" -name '*.go' | wc -l) files parse and are gofmt-clean (not compiled: no module proxy)"
+# gofmt parses every file (exit status 2 on a syntax error); pacmak formats only when it builds.
+gofmt -e -l "$out/code/go" >/dev/null
+log "go: $(find "$out/code/go" -name '*.go' | wc -l) files parse (not compiled: no module proxy)"
 log "java, dotnet: code generated, not compiled (Maven Central, nuget.org and a .NET SDK are out of reach)"
