@@ -92,7 +92,8 @@ function applyExampleByWaves(): void {
 describe('the synthesized example on a real API server', () => {
   test('applies wave by wave with server-side apply, and the CRD becomes Established', () => {
     // GIVEN the example's objects, annotated with Argo CD sync waves
-    expect([...new Set(manifests.map(syncWave))].sort((a, b) => a - b)).toEqual([-40, -30, -20, -10]);
+    // (the workload at Argo CD's default wave 0, after the Shims)
+    expect([...new Set(manifests.map(syncWave))].sort((a, b) => a - b)).toEqual([-40, -30, -20, -10, 0]);
 
     // WHEN each wave is applied in order
     applyExampleByWaves();
@@ -108,6 +109,8 @@ describe('the synthesized example on a real API server', () => {
     expect(rc.scheduling.nodeSelector).toEqual({ 'spin-v2.shim.runtime.spinkube.dev/handler': 'spin' });
     const deployment = JSON.parse(cp.kubectl(['-n', 'runtime-class-manager', 'get', 'deployment', 'rcm-controller', '-o', 'json']));
     expect(deployment.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem).toBe(true);
+    const hello = JSON.parse(cp.kubectl(['-n', 'default', 'get', 'deployment', 'hello-spin', '-o', 'json']));
+    expect(hello.spec.template.spec.runtimeClassName).toBe('wasmtime-spin-v2');
   });
 
   test('re-applying the same output changes nothing (deterministic, conflict-free)', () => {
@@ -126,10 +129,10 @@ describe('the synthesized example on a real API server', () => {
     expect(header.split(/\s+/)).toEqual(['NAME', 'RUNTIMECLASS', 'READY', 'NODES', 'FAILED', 'DEGRADED', 'AGE']);
     // the Degraded column reads the condition
     await new Rest(cp.server, cp.adminToken, cp.caFile).request('PATCH', '/apis/runtime.spinkube.dev/v1alpha1/shims/wasmtime-v1/status',
-      { status: { conditions: [{ type: 'Degraded', status: 'True', reason: 'InstallFailed', message: 'x', lastTransitionTime: '2026-11-22T00:00:00Z' }] } },
+      { status: { nodes: 1, nodesReady: 0, nodesFailed: 1, conditions: [{ type: 'Degraded', status: 'True', reason: 'InstallFailed', message: 'x', lastTransitionTime: '2026-11-22T00:00:00Z' }] } },
       'application/merge-patch+json');
     const row = cp.kubectl(['get', 'shim', 'wasmtime-v1', '--no-headers']).split(/\s+/);
-    expect(row[5]).toBe('True');
+    expect(row.slice(0, 6)).toEqual(['wasmtime-v1', 'wasmtime-v1', '0', '1', '1', 'True']);
     expect(cp.kubectl(['get', 'shm', '-o', 'name'])).toContain('shim.runtime.spinkube.dev/spin-v2');
     expect(cp.kubectl(['get', 'rcm', '-o', 'name'])).toContain('shim.runtime.spinkube.dev/wasmtime-v1');
   });
@@ -243,14 +246,16 @@ describe('the roles for people', () => {
       cp.kubectl(['create', 'clusterrolebinding', `${user}-${role}`, `--clusterrole=${role}`, `--user=${user}`]);
     }
   });
-  const canI = (user: string, verb: string, resource: string) => kubectlResult(['auth', 'can-i', verb, resource, `--as=${user}`]).stdout.trim();
+  const canI = (user: string, verb: string, resource: string, subresource?: string) =>
+    kubectlResult(['auth', 'can-i', verb, resource, `--as=${user}`, ...(subresource ? [`--subresource=${subresource}`] : [])]).stdout.trim();
 
   test('rcm-shim-editor writes Shims, rcm-shim-viewer only reads them', () => {
     expect(['create', 'patch', 'delete', 'list'].map(v => canI('alice', v, 'shims.runtime.spinkube.dev'))).toEqual(['yes', 'yes', 'yes', 'yes']);
     expect(['list', 'watch', 'get'].map(v => canI('bob', v, 'shims.runtime.spinkube.dev'))).toEqual(['yes', 'yes', 'yes']);
     expect(['create', 'patch', 'delete'].map(v => canI('bob', v, 'shims.runtime.spinkube.dev'))).toEqual(['no', 'no', 'no']);
     // neither may touch the status the controller writes
-    expect(canI('alice', 'patch', 'shims.runtime.spinkube.dev/status')).toBe('no');
+    expect(canI('alice', 'patch', 'shims.runtime.spinkube.dev', 'status')).toBe('no');
+    expect(canI('bob', 'get', 'shims.runtime.spinkube.dev', 'status')).toBe('yes');
   });
 });
 
