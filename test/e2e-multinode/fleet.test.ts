@@ -2,7 +2,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
 import { parse } from 'smol-toml';
-import { MaxUpdate, ImagePullPolicy, Rollout, RuntimeClassManager, ShimNodeLabels } from '../../src';
+import { MaxUpdate, PullPolicy, Rollout, RuntimeClassManager, ShimNodeLabels } from '../../src';
 import { ArtifactServer, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
 import { ClusterNode, K3S_TEMPLATE, MultiNodeCluster, startMultiNodeCluster } from '../support/multi-node-cluster';
 import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../support/product-images';
@@ -79,8 +79,10 @@ function synthApp(shims: AppShim[], replicas = 1, createRuntimeClass = false): s
   const manager = new RuntimeClassManager(chart, 'Manager', {
     controllerImage: CONTROLLER_IMAGE,
     installerImage: INSTALLER_IMAGE,
-    imagePullPolicy: ImagePullPolicy.IF_NOT_PRESENT,
+    imagePullPolicy: PullPolicy.IF_NOT_PRESENT,
     replicas,
+    // policy/v1 PodDisruptionBudgets are served from Kubernetes 1.21; this cluster is 1.20.
+    podDisruptionBudget: false,
     retryBackoff: Duration.seconds(2),
     failureThreshold: 2,
     installerEnv: { RCM_HEALTH_TIMEOUT: '12' },
