@@ -262,8 +262,12 @@ describe('the roles for people', () => {
 describe("the controller's RBAC", () => {
   beforeAll(applyExampleByWaves);
   const sa = 'system:serviceaccount:runtime-class-manager:rcm-controller';
-  const canI = (verb: string, resource: string, namespace: string) => kubectlResult(
-    ['auth', 'can-i', verb, resource, `--as=${sa}`, ...(namespace ? ['-n', namespace] : [])]).stdout.trim();
+  // `TYPE/SUB` is judged as the subresource (kubectl auth can-i would read SUB as an object's name).
+  const canI = (verb: string, resource: string, namespace: string) => {
+    const [type, subresource] = resource.split('/');
+    return kubectlResult(['auth', 'can-i', verb, type, `--as=${sa}`, ...(subresource ? [`--subresource=${subresource}`] : []),
+      ...(namespace ? ['-n', namespace] : [])]).stdout.trim();
+  };
 
   const ALLOWED: [verb: string, resource: string, namespace: string][] = [
     ['get', 'nodes', ''], ['list', 'nodes', ''], ['watch', 'nodes', ''], ['patch', 'nodes', ''],
