@@ -29,7 +29,7 @@ let admin: Rest;
 let saKubeconfig: string;
 /** The manager's objects as applied (the Deployment aside), for the teardown test. */
 let managerYaml: string;
-const controllers: { name: string; child: ChildProcess; log: string }[] = [];
+const controllers: { name: string; child: ChildProcess; log: string; metricsPort: number }[] = [];
 let kubelet: NodeJS.Timeout | undefined;
 
 // ---- the kubelet stand-in ----------------------------------------------------------------
@@ -165,14 +165,15 @@ async function addNode(name: string, labels: Record<string, string>): Promise<vo
 
 async function startController(name: string): Promise<void> {
   const log = path.join(work, `${name}.log`);
+  const metricsPort = await freePort();
   const child = spawn(process.execPath, [CONTROLLER,
     `--kubeconfig=${saKubeconfig}`, `--namespace=${NS}`, `--installer-namespace=${INSTALLERS}`, '--installer-image=docker.io/library/rcm-node-installer:test',
     '--installer-env=NO_PROXY=127.0.0.1', '--installer-env=RCM_INSTALL_ROOT=/var/lib/rcm',
     '--installer-image-pull-secret=regcred',
     '--leader-elect=true', '--lease-duration-seconds=4', `--identity=${name}`, '--resync-seconds=3', '--log-format=text',
     '--retry-base-seconds=1', '--retry-max-seconds=4', '--failure-threshold=2',
-    `--metrics-bind-address=127.0.0.1:${await freePort()}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`], { stdio: ['ignore', fs.openSync(log, 'a'), fs.openSync(log, 'a')] });
-  controllers.push({ name, child, log });
+    `--metrics-bind-address=127.0.0.1:${metricsPort}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`], { stdio: ['ignore', fs.openSync(log, 'a'), fs.openSync(log, 'a')] });
+  controllers.push({ name, child, log, metricsPort });
 }
 
 const KEY = (shim: string) => ShimNodeLabels.handlerKey(shim);
@@ -598,8 +599,17 @@ test('a Shim in the upstream runtime-class-manager\'s current shape applies unch
   const stored = await getShim('upstream-spin');
   expect(stored.spec.fetchStrategy.type).toBeUndefined();
   expect(stored.spec.fetchStrategy.platforms.map((p: any) => p.arch)).toEqual(['x86_64', 'aarch64']);
+  // the leader's metrics: its installs timed, and once the Shim is gone, no series of it left
+  const leader = controllers.find(c => c.name === 'c3')!;
+  const scrape = async () => (await fetch(`http://127.0.0.1:${leader.metricsPort}/metrics`)).text();
+  const sample = (text: string, series: string) => Number(text.split('\n').find(l => l.startsWith(`${series} `))?.split(' ')[1] ?? NaN);
+  const during = await scrape();
+  expect(during).toMatch(/^rcm_rollout_nodes\{shim="upstream-spin",state="ready"\} 4$/m);
+  expect(sample(during, 'rcm_node_operation_duration_seconds_count{operation="install",outcome="success"}')).toBeGreaterThanOrEqual(4);
+  expect(sample(during, 'rcm_reconcile_duration_seconds_count{result="success"}')).toBeGreaterThan(0);
   await admin.request('DELETE', `${shimsPath}/upstream-spin`);
   await eventually(() => gone(`${shimsPath}/upstream-spin`), 60_000, diagnostics);
+  await eventually(async () => !(await scrape()).includes('shim="upstream-spin"'), 15_000, diagnostics);
 });
 
 test('item 7: a RuntimeClass someone else made is reported and never touched, not even on deletion', async () => {
