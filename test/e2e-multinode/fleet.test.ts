@@ -379,7 +379,9 @@ step('the cluster: three Ready nodes, each with its own containerd, and a hostPI
     'const viaHostRoot = fs.readFileSync("/host/etc/rcm-node/name", "utf8");',
     'const viaNsenter = execFileSync("nsenter", ["--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--", "cat", "/etc/rcm-node/name"], { encoding: "utf8" });',
     'const init = fs.readFileSync("/proc/1/cmdline", "utf8").split("\\0").join(" ").trim();',
-    'fs.writeFileSync("/dev/termination-log", JSON.stringify({ viaHostRoot, viaNsenter, init }));',
+    'const kubeletPods = fs.readdirSync("/host/var/lib/kubelet/pods");',
+    'const sockets = ["/run/containerd/containerd.sock", "/run/k3s/containerd/containerd.sock"].filter(s => fs.existsSync("/host" + s));',
+    'fs.writeFileSync("/dev/termination-log", JSON.stringify({ viaHostRoot, viaNsenter, init, kubeletPods, sockets }));',
   ].join('\n');
   for (const n of cluster.nodes) {
     await createPod({
@@ -404,13 +406,19 @@ step('the cluster: three Ready nodes, each with its own containerd, and a hostPI
       },
     });
   }
-  // THEN the host root and nsenter into PID 1 both land in that pod's own node
-  for (const n of cluster.nodes) {
-    const done = await podWhen(`probe-${n.name}`, ['Succeeded', 'Failed']);
+  // THEN the host root and nsenter into PID 1 both land in that pod's own node: its name, its
+  // init, its kubelet's pods (this probe's, none of the other nodes'), its containerd's socket
+  const probes = await Promise.all(cluster.nodes.map(n => podWhen(`probe-${n.name}`, ['Succeeded', 'Failed'])));
+  for (const [i, n] of cluster.nodes.entries()) {
+    const done = probes[i];
     expect(done.status.phase).toBe('Succeeded');
-    expect(JSON.parse(done.status.containerStatuses[0].state.terminated.message)).toEqual({
-      viaHostRoot: `${n.name}\n`, viaNsenter: `${n.name}\n`, init: 'bash /etc/rcm-node/init',
-    });
+    const seen = JSON.parse(done.status.containerStatuses[0].state.terminated.message);
+    expect(seen).toMatchObject({ viaHostRoot: `${n.name}\n`, viaNsenter: `${n.name}\n`, init: 'bash /etc/rcm-node/init', sockets: [n.socket] });
+    expect(seen.kubeletPods).toContain(done.metadata.uid);
+    expect(seen.kubeletPods.filter((uid: string) => probes.some(p => p.metadata.uid === uid))).toEqual([done.metadata.uid]);
+    // AND the node's containers are in the node's own cgroup root
+    const id = String(done.status.containerStatuses[0].containerID).replace('containerd://', '');
+    expect(JSON.parse(n.ctr(['-n', 'k8s.io', 'containers', 'info', id])).Spec.linux.cgroupsPath).toMatch(new RegExp(`^${n.cgroupRoot}/`));
   }
   await deleteWorkloads();
 });

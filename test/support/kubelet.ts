@@ -80,8 +80,9 @@ export function kubeletConfig(options: { port: number; healthzPort: number; cgro
     'kind: KubeletConfiguration',
     'cgroupDriver: cgroupfs',
     'failSwapOn: false',
-    'cgroupsPerQOS: false',
-    ...(options.cgroupRoot ? [`cgroupRoot: ${options.cgroupRoot}`] : []),
+    // With a root of the node's own (several kubelets on one machine), the pods' QoS cgroups go
+    // below it (verified); without one, none, as the single-node cluster has always run.
+    ...(options.cgroupRoot ? ['cgroupsPerQOS: true', `cgroupRoot: ${options.cgroupRoot}`] : ['cgroupsPerQOS: false']),
     'enforceNodeAllocatable: []',
     'evictionHard: {}',
     'address: 127.0.0.1',

@@ -204,6 +204,11 @@ async function startNode(controlPlane: ControlPlane, dir: string, name: string, 
   const kubelet = ['exec', kubeBinary('kubelet'), ...kubeletArgs({
     kubeconfig: controlPlane.kubeconfig, config: '/var/lib/kubelet/config.yaml', containerdSocket: s.socket, nodeName: name,
   })].join(' ');
+  // The kubelet wants its cgroup root to exist in every hierarchy.
+  for (const hierarchy of fs.existsSync('/sys/fs/cgroup') ? fs.readdirSync('/sys/fs/cgroup') : []) {
+    const top = path.join('/sys/fs/cgroup', hierarchy);
+    if (fs.existsSync(path.join(top, 'cgroup.procs'))) fs.mkdirSync(path.join(top, cgroupRoot), { recursive: true });
+  }
   const host = await startNodeHost({
     name,
     dir,
