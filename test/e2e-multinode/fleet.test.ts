@@ -277,6 +277,8 @@ class InstallerPods {
 
 /** The runs of a rollout must not overlap: each starts after the one before finished (API times are in whole seconds). */
 function expectOneAtATime(pods: InstallerPod[]): void {
+  // Every run must have been seen started and finished (polled often enough), or nothing is proven.
+  expect(pods.filter(p => p.started === undefined || p.finished === undefined)).toEqual([]);
   const sorted = [...pods].sort((x, y) => x.started! - y.started!);
   for (let i = 1; i < sorted.length; i++) {
     const [before, after] = [sorted[i - 1], sorted[i]];
@@ -327,15 +329,18 @@ function podLogTails(n: ClusterNode, lines: number): string {
   return r.stdout;
 }
 
-function step(name: string, fn: () => Promise<void>, timeoutMs = 300_000): void {
+/** A scenario step whose failure message carries the diagnostics; `cleanup` undoes what it broke on purpose, pass or fail. */
+function step(name: string, fn: () => Promise<void>, cleanup?: () => void): void {
   test(name, async () => {
     try {
       await fn();
     } catch (e) {
       (e as Error).message += `\n${await diagnostics()}`;
       throw e;
+    } finally {
+      cleanup?.();
     }
-  }, timeoutMs);
+  }, 300_000);
 }
 
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
@@ -464,8 +469,12 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
     await watch.poll();
     if (i % 8 === 0) {
       const name = `s1-${workloads.length}`;
-      await createPod(pod(name, 'echo ran > /dev/termination-log', { runtimeClassName: SHIM }));
-      workloads.push(name);
+      // The controller creates the RuntimeClass; until it has, admission refuses such pods.
+      const created = await createPod(pod(name, 'echo ran > /dev/termination-log', { runtimeClassName: SHIM })).then(() => true, e => {
+        if (!/RuntimeClass .* not found/.test(String(e))) throw e;
+        return false;
+      });
+      if (created) workloads.push(name);
     }
     const s = await getShim(SHIM).catch(() => undefined);
     if (condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3) ready = s;
@@ -495,6 +504,7 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
   const template = cluster.node(C).host.read(cluster.node(C).editedConfig)!;
   expect(template.startsWith(K3S_TEMPLATE)).toBe(true);
   // AND the workloads ran under the installed binary, each on a node provisioned before it started
+  expect(workloads.length).toBeGreaterThan(2);
   for (const name of workloads) {
     const done = await podWhen(name, ['Succeeded', 'Failed']);
     expect(done.status.phase).toBe('Succeeded');
@@ -574,7 +584,7 @@ step('scenario 2: a node whose containerd refuses to come back rolls back, keeps
   for (const n of cluster.nodes) expect(handlersOf(n.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v2') });
   expect((await getNode(B)).metadata.labels[STATE_LABEL]).toBe('provisioned');
   expect((await getNode(B)).metadata.annotations[ShimNodeLabels.failureKey(SHIM)]).toBeUndefined();
-});
+}, () => void cluster.node(B).host.run(['rm', '-f', '/etc/rcm-node/fault/containerd']));
 
 step('scenario 3: a kubelet stopped mid-rollout: the rest of the fleet completes, the node is installed when its kubelet returns', async () => {
   const c = cluster.node(C);
@@ -584,7 +594,10 @@ step('scenario 3: a kubelet stopped mid-rollout: the rest of the fleet completes
   await eventually(async () => (await watch.poll()).some(p => p.node === A), 60_000, diagnostics);
   c.host.systemctl('stop', 'kubelet');
   // THEN C goes NotReady
-  await eventually(async () => (await getNode(C)).status.conditions.find((x: any) => x.type === 'Ready')?.status !== 'True', 90_000, diagnostics);
+  await eventually(async () => {
+    await watch.poll();
+    return (await getNode(C)).status.conditions.find((x: any) => x.type === 'Ready')?.status !== 'True';
+  }, 90_000, diagnostics);
   // AND A and B complete, while C keeps the previous version
   await eventually(async () => {
     await watch.poll();
@@ -611,7 +624,7 @@ step('scenario 3: a kubelet stopped mid-rollout: the rest of the fleet completes
   expectOneAtATime(watch.of({ shim: SHIM, operation: 'install' }));
   expect(await serves(C, 's3')).toBe(installedBinary('v3'));
   await deleteWorkloads();
-});
+}, () => cluster.node(C).host.systemctl('start', 'kubelet'));
 
 step('scenario 4: two controller replicas; the leader killed mid-rollout; the other takes over within the lease time and no node installs twice', async () => {
   // GIVEN two replicas of the controller
