@@ -1,4 +1,6 @@
 import * as fs from 'fs';
+import { ClientRequest } from 'http';
+import * as https from 'https';
 import * as path from 'path';
 import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
 import { parse } from 'smol-toml';
@@ -220,50 +222,36 @@ interface InstallerPod {
   reason?: string;
 }
 
-/** Watches installer pods by polling; `running()` counts the nodes where one is running now. */
+/**
+ * Installer pods from a watch of the API (so no state is missed, however soon the controller
+ * removes a finished Job): each pod's last start and finish, and the most nodes with an
+ * installer pending or running at one time.
+ */
 class InstallerPods {
   /** Starts watching; installer pods that exist already (of an earlier step) are left out. */
   static async from(): Promise<InstallerPods> {
-    const watch = new InstallerPods();
-    for (const p of await watch.poll()) watch.earlier.add(p.name);
-    watch.seen.clear();
-    watch.maxConcurrent = 0;
+    const list = await api.get(`/api/v1/namespaces/${NS}/pods`);
+    const watch = new InstallerPods(new Set(list.items.map((p: any) => p.metadata.name)));
+    watch.start(list.metadata.resourceVersion);
+    watchers.push(watch);
     return watch;
   }
 
   readonly seen = new Map<string, InstallerPod>();
-  private readonly earlier = new Set<string>();
+  private readonly live = new Set<string>();
   private maxConcurrent = 0;
+  private resourceVersion = '';
+  private request?: ClientRequest;
+  private stopped = false;
+  private broken?: string;
 
+  private constructor(private readonly earlier: Set<string>) {}
+
+  /** The installer pods that exist now (as of the last event). */
   async poll(): Promise<InstallerPod[]> {
-    const pods = (await api.get(`/api/v1/namespaces/${NS}/pods`)).items
-      .filter((p: any) => p.metadata.annotations?.['runtime.spinkube.dev/operation'] && !this.earlier.has(p.metadata.name));
-    const now: InstallerPod[] = [];
-    for (const p of pods) {
-      const a = p.metadata.annotations;
-      const state = p.status?.containerStatuses?.[0]?.state ?? {};
-      const entry: InstallerPod = this.seen.get(p.metadata.name) ?? {
-        name: p.metadata.name,
-        node: p.spec.nodeName,
-        shim: a['runtime.spinkube.dev/shim'],
-        operation: a['runtime.spinkube.dev/operation'],
-        revision: a['runtime.spinkube.dev/revision'],
-        attempt: a['runtime.spinkube.dev/attempt'],
-        phase: '',
-      };
-      entry.phase = p.status?.phase;
-      const t = state.terminated ?? state.running;
-      if (t?.startedAt) entry.started = Date.parse(t.startedAt);
-      if (state.terminated) {
-        entry.finished = Date.parse(state.terminated.finishedAt);
-        entry.reason = state.terminated.reason;
-      }
-      this.seen.set(entry.name, entry);
-      now.push(entry);
-    }
-    const running = new Set(now.filter(p => p.phase === 'Running' || (p.phase === 'Pending')).map(p => p.node));
-    this.maxConcurrent = Math.max(this.maxConcurrent, running.size);
-    return now;
+    await sleep(50);
+    if (this.broken) throw new Error(`the watch of installer pods broke: ${this.broken}`);
+    return [...this.live].map(name => this.seen.get(name)!);
   }
 
   get mostNodesAtOnce(): number {
@@ -271,14 +259,80 @@ class InstallerPods {
   }
 
   of(filter: Partial<InstallerPod>): InstallerPod[] {
+    if (this.broken) throw new Error(`the watch of installer pods broke: ${this.broken}`);
     return [...this.seen.values()].filter(p => Object.entries(filter).every(([k, v]) => (p as any)[k] === v));
   }
+
+  stop(): void {
+    this.stopped = true;
+    this.request?.destroy();
+  }
+
+  private start(resourceVersion: string): void {
+    this.resourceVersion = resourceVersion;
+    const cp = cluster.controlPlane;
+    const url = new URL(`/api/v1/namespaces/${NS}/pods?watch=true&resourceVersion=${resourceVersion}`, cp.server);
+    const req = https.get(url, { ca: fs.readFileSync(cp.caFile), headers: { Authorization: `Bearer ${cp.adminToken}` }, agent: false }, res => {
+      let buffer = '';
+      res.on('data', chunk => {
+        buffer += chunk;
+        for (let i = buffer.indexOf('\n'); i >= 0; i = buffer.indexOf('\n')) {
+          const line = buffer.slice(0, i);
+          buffer = buffer.slice(i + 1);
+          if (line.trim()) this.onEvent(JSON.parse(line));
+        }
+      });
+      res.on('end', () => {
+        if (!this.stopped) this.start(this.resourceVersion);
+      });
+    });
+    req.on('error', e => {
+      if (!this.stopped) this.broken = e.message;
+    });
+    this.request = req;
+  }
+
+  private onEvent(event: { type: string; object: any }): void {
+    const p = event.object;
+    if (event.type === 'ERROR') {
+      this.broken = p.message ?? JSON.stringify(p);
+      return;
+    }
+    this.resourceVersion = p.metadata.resourceVersion;
+    const a = p.metadata.annotations ?? {};
+    if (!a['runtime.spinkube.dev/operation'] || this.earlier.has(p.metadata.name)) return;
+    const entry: InstallerPod = this.seen.get(p.metadata.name) ?? {
+      name: p.metadata.name,
+      node: p.spec.nodeName,
+      shim: a['runtime.spinkube.dev/shim'],
+      operation: a['runtime.spinkube.dev/operation'],
+      revision: a['runtime.spinkube.dev/revision'],
+      attempt: a['runtime.spinkube.dev/attempt'],
+      phase: '',
+    };
+    entry.phase = p.status?.phase;
+    const state = p.status?.containerStatuses?.[0]?.state ?? {};
+    const t = state.terminated ?? state.running;
+    if (t?.startedAt) entry.started = Date.parse(t.startedAt);
+    if (state.terminated) {
+      entry.finished = Date.parse(state.terminated.finishedAt);
+      entry.reason = state.terminated.reason;
+    }
+    this.seen.set(entry.name, entry);
+    if (event.type === 'DELETED') this.live.delete(entry.name);
+    else this.live.add(entry.name);
+    const busy = new Set([...this.live].map(n => this.seen.get(n)!).filter(x => x.phase === 'Pending' || x.phase === 'Running').map(x => x.node));
+    this.maxConcurrent = Math.max(this.maxConcurrent, busy.size);
+  }
 }
+const watchers: InstallerPods[] = [];
 
 /** The runs of a rollout must not overlap: each starts after the one before finished (API times are in whole seconds). */
-function expectOneAtATime(pods: InstallerPod[]): void {
-  // Every run must have been seen started and finished (polled often enough), or nothing is proven.
-  expect(pods.filter(p => p.started === undefined || p.finished === undefined)).toEqual([]);
+function expectOneAtATime(all: InstallerPod[]): void {
+  // A pod removed before it started (its Job superseded while the node was down) never ran.
+  const pods = all.filter(p => p.started !== undefined);
+  // Every run that started must have finished: the watch saw every state.
+  expect(pods.filter(p => p.finished === undefined)).toEqual([]);
   const sorted = [...pods].sort((x, y) => x.started! - y.started!);
   for (let i = 1; i < sorted.length; i++) {
     const [before, after] = [sorted[i - 1], sorted[i]];
@@ -338,6 +392,7 @@ function step(name: string, fn: () => Promise<void>, cleanup?: () => void): void
       (e as Error).message += `\n${await diagnostics()}`;
       throw e;
     } finally {
+      for (const w of watchers.splice(0)) w.stop();
       cleanup?.();
     }
   }, 300_000);
