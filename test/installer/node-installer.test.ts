@@ -6,7 +6,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { buildSync } from 'esbuild';
 import * as tar from 'tar';
-import { ContainerdDaemon, startContainerd } from '../support/containerd-daemon';
+import { ContainerdDaemon, installerArgsFor, startContainerd } from '../support/containerd-daemon';
 import { buildOciImage } from '../support/oci-image';
 import { NODE_24 } from '../support/tools';
 
@@ -63,18 +63,7 @@ function runInstaller(command: string, args: string[], env: NodeJS.ProcessEnv = 
 }
 
 function hostArgs(handler = 'rcmtest'): string[] {
-  return [
-    '--host-root=/',
-    `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`,
-    `--config=${daemon.config}`,
-    `--socket=${daemon.socket}`,
-    '--distro=containerd',
-    '--restart=command',
-    `--restart-command=${daemon.restartCommand}`,
-    `--handler=${handler}`,
-    '--health-timeout=30',
-    '--retries=1',
-  ];
+  return installerArgsFor(daemon, handler);
 }
 
 /** Everything the installer may touch, to prove that a failure touched nothing. */

@@ -2,7 +2,7 @@ import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { ContainerdDaemon, startContainerd } from '../support/containerd-daemon';
+import { ContainerdDaemon, installerArgsFor, startContainerd } from '../support/containerd-daemon';
 import { ArtifactServer, buildInstaller, runBundle, sha256, startArtifactServer, tarGz } from '../support/installer-bundle';
 import { buildOciImage } from '../support/oci-image';
 
@@ -29,18 +29,7 @@ async function publish(name: string, files: Record<string, Buffer>): Promise<voi
 }
 
 function hostArgs(handler = 'rcmpayload'): string[] {
-  return [
-    '--host-root=/',
-    `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`,
-    `--config=${daemon.config}`,
-    `--socket=${daemon.socket}`,
-    '--distro=containerd',
-    '--restart=command',
-    `--restart-command=${daemon.restartCommand}`,
-    `--handler=${handler}`,
-    '--health-timeout=30',
-    '--retries=1',
-  ];
+  return installerArgsFor(daemon, handler);
 }
 
 /** The flags of a runc-based payload: the shim as runtime_path, runc options naming the wrapper. */

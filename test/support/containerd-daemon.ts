@@ -116,3 +116,22 @@ async function stopSupervisor(supervisor: ChildProcess, pidFile: string): Promis
     // already gone
   }
 }
+
+/**
+ * The installer's flags for a host that is this machine with `daemon` as its containerd:
+ * its config, socket, an install root beside it and its restart command.
+ */
+export function installerArgsFor(daemon: ContainerdDaemon, handler: string): string[] {
+  return [
+    '--host-root=/',
+    `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`,
+    `--config=${daemon.config}`,
+    `--socket=${daemon.socket}`,
+    '--distro=containerd',
+    '--restart=command',
+    `--restart-command=${daemon.restartCommand}`,
+    `--handler=${handler}`,
+    '--health-timeout=30',
+    '--retries=1',
+  ];
+}
