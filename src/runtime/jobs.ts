@@ -177,6 +177,16 @@ function parseResult(message: string | undefined): JobView['result'] {
   }
 }
 
+function podEnded(pod: any): boolean {
+  return pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
+}
+
+/** A failed Job without the installer's result: why its container did not run, else the Job's own reason. */
+function whyNoResult(failed: any, pods: any[]): string {
+  const waiting = pods.map(p => p.status?.containerStatuses?.[0]?.state?.waiting).find(w => w?.reason);
+  return waiting ? `${waiting.reason}: ${waiting.message ?? ''}`.trim() : `${failed.reason}: ${failed.message}`;
+}
+
 /** How long a failed Job waits for its pod's result (the installer's reason) to arrive. */
 const POD_RESULT_WAIT_MS = 30_000;
 
@@ -197,8 +207,12 @@ export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | un
   // installer's reason) has arrived too, unless there is no pod to wait for.
   // A pod that went from Pending straight to Failed reaches the (separately watched, Pending
   // excluded) pod cache only with its result: give it a moment before judging without one.
-  const podMayCome = failedCondition?.reason === 'BackoffLimitExceeded' && nowMs - Date.parse(failedCondition.lastTransitionTime) < POD_RESULT_WAIT_MS;
-  const resultPending = failedCondition && !last && (pods.length > 0 || podMayCome);
+  // A pod the cache still shows running will bring its result; one that ended without a
+  // terminated container (its container was never created: CreateContainerError while
+  // containerd restarted) has none to bring. Either way the wait is bounded.
+  const inWait = !!failedCondition && nowMs - Date.parse(failedCondition.lastTransitionTime) < POD_RESULT_WAIT_MS;
+  const podMayCome = pods.length === 0 ? failedCondition?.reason === 'BackoffLimitExceeded' : pods.some(p => !podEnded(p));
+  const resultPending = failedCondition && !last && inWait && podMayCome;
   const phase = succeeded ? 'succeeded' : failedCondition && !resultPending ? 'failed' : 'running';
   return {
     name: job.metadata.name,
@@ -215,6 +229,6 @@ export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | un
     started: pods.length > 0,
     ...(job.metadata?.creationTimestamp ? { createdAt: job.metadata.creationTimestamp } : {}),
     ...(phase !== 'running' ? { finishedAt: job.status?.completionTime ?? last?.finishedAt ?? failedCondition?.lastTransitionTime } : {}),
-    result: parseResult(last?.message ?? (failedCondition && !last ? `${failedCondition.reason}: ${failedCondition.message}` : undefined)),
+    result: parseResult(last?.message ?? (failedCondition && !last ? whyNoResult(failedCondition, pods) : undefined)),
   };
 }

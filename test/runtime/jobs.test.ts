@@ -82,3 +82,14 @@ describe('the installer Job', () => {
     expect(Object.keys(envOf(rendered)).filter(k => /LOCATION|ARTIFACT|OPTION|PAYLOAD/.test(k))).toEqual([]);
   });
 });
+
+test('a failed Job whose pod ended without ever running its container is judged at once, with the container\'s reason', () => {
+  // GIVEN the installer's container was never created (containerd restarting under the kubelet) and the pod failed
+  const neverRan = { status: { phase: 'Failed', containerStatuses: [{ state: { waiting: { reason: 'CreateContainerError', message: 'transport is closing' } } }] } };
+  // THEN the failure counts (and is retried by the planner) instead of waiting for a result that cannot come
+  expect(jobView(failed, [neverRan], T0 + 1000)).toMatchObject({ phase: 'failed', result: { reason: 'InstallerFailed', message: 'CreateContainerError: transport is closing' } });
+  // AND a pod the cache still shows running is waited for, but not for ever
+  const stillRunning = { status: { phase: 'Running', containerStatuses: [{ state: { running: {} } }] } };
+  expect(jobView(failed, [stillRunning], T0 + 1000)).toMatchObject({ phase: 'running' });
+  expect(jobView(failed, [stillRunning], T0 + 31_000)).toMatchObject({ phase: 'failed' });
+});
