@@ -9,7 +9,7 @@ import { FINALIZER, plan } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
 import { nodeChangeAffects, slimJob, slimNode, slimPod, slimRuntimeClass, slimShim } from './slim';
-import { Action, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
+import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
 import { Logger } from '../shared/log';
 
 export const FIELD_MANAGER = 'rcm-controller';
@@ -41,6 +41,12 @@ export class Controller {
    * event can arrive before the Job's delete event.
    */
   private readonly deletedJobs = new Set<string>();
+  /**
+   * Jobs created here that the cache does not show yet (a watch event lags the create): the
+   * next pass must still count them, or it would start the same attempt again and give its
+   * rollout slot to another node. Dropped once the cache has them, or after a minute.
+   */
+  private readonly createdJobs = new Map<string, { view: JobView; at: number }>();
   private synced = false;
 
   constructor(private readonly kube: Kube, private readonly settings: ControllerSettings,
@@ -154,10 +160,17 @@ export class Controller {
       const uid = pod.metadata?.labels?.['controller-uid'] ?? pod.metadata?.labels?.['batch.kubernetes.io/controller-uid'];
       if (uid) podsByJob.set(uid, [...(podsByJob.get(uid) ?? []), pod]);
     }
-    return this.jobs.list()
+    const listed = this.jobs.list();
+    const views = listed
       .filter(j => !this.deletedJobs.has(j.metadata.name))
       .map(j => jobView(j, podsByJob.get(j.metadata.uid) ?? []))
       .filter((j): j is JobView => j !== undefined);
+    const cached = new Set(listed.map(j => j.metadata.name));
+    for (const [name, created] of this.createdJobs) {
+      if (cached.has(name) || Date.now() - created.at > 60_000) this.createdJobs.delete(name);
+      else views.push(created.view);
+    }
+    return views;
   }
 
   private runtimeClassViews(shim: ShimObject): RuntimeClassView[] {
@@ -230,6 +243,11 @@ export class Controller {
         } catch (e) {
           if (!isConflictOrExists(e)) throw e;
         }
+        const artifact = action.job.artifact;
+        this.createdJobs.set(action.job.name, {
+          at: Date.now(),
+          view: { ...viewOfRequest(action.job, shim.metadata.uid), ...(artifact?.sha256 ? { sha256: artifact.sha256 } : {}) },
+        });
         return;
       }
       case 'deleteJob': {
@@ -296,4 +314,10 @@ export class Controller {
     }
     this.log.info(message, { shim: shim.metadata.name, event: reason, type });
   }
+}
+
+/** A Job just created, as the planner sees it until the cache shows it: running, not started. */
+function viewOfRequest(job: JobRequest, shimUid: string): JobView {
+  const { name, node, operation, handler, revision, attempt, batch } = job;
+  return { name, shimUid, node, operation, handler, revision, attempt, batch, phase: 'running', started: false };
 }
