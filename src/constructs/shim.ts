@@ -10,7 +10,7 @@ import {
   ShimSpecRuntimeClassOverheadPodFixed,
 } from '../../imports/runtime.spinkube.dev';
 import { ShimNodeLabels } from '../shared/node-labels';
-import { artifactUrlProblem, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isSha256, nodeArch, runtimeOptionKeyProblem } from '../shared/validation';
+import { artifactUrlProblem, isAnnotationGlob, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isRuntimeType, isSha256, isSnapshotterName, nodeArch, runtimeOptionKeyProblem } from '../shared/validation';
 
 /** A shim artifact for one node platform. */
 export interface ShimPlatformArtifact {
@@ -431,10 +431,7 @@ function validateImage(image: ShimImageArtifact): void {
   });
 }
 
-const ANNOTATION_GLOB = /^[A-Za-z0-9*]([-A-Za-z0-9_./*]*[A-Za-z0-9*])?$/;
-const RUNTIME_TYPE = /^[a-z0-9]+(\.[a-z0-9_-]+)+$/;
 const PAYLOAD_PATH = /^[A-Za-z0-9_+-][A-Za-z0-9._+-]*(\/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)*$/;
-const SNAPSHOTTER = /^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$/;
 
 /** Throws naming the field when the payload or handler settings would be refused later. */
 function validateRuntimeShape(payload: ShimPayload | undefined, settings: ContainerdHandlerSettings | undefined,
@@ -443,18 +440,18 @@ function validateRuntimeShape(payload: ShimPayload | undefined, settings: Contai
     if (!PAYLOAD_PATH.test(payload.shim) || payload.shim.split('/').some(p => p === '..')) {
       throw new Error(`payload.shim: "${payload.shim}" is not a relative path inside the payload (no leading '/', no '..')`);
     }
-    if (payload.runtimeType !== undefined && !RUNTIME_TYPE.test(payload.runtimeType)) {
+    if (payload.runtimeType !== undefined && !isRuntimeType(payload.runtimeType)) {
       throw new Error(`payload.runtimeType: "${payload.runtimeType}" is not a runtime type name such as io.containerd.runc.v2`);
     }
   }
   for (const field of ['podAnnotations', 'containerAnnotations'] as const) {
     (settings?.[field] ?? []).forEach((glob, i) => {
-      if (!ANNOTATION_GLOB.test(glob) || glob.length > 317) {
+      if (!isAnnotationGlob(glob)) {
         throw new Error(`containerdRuntime.${field}[${i}]: "${glob}" is not an annotation key or a glob of keys (letters, digits, '-', '_', '.', '/', '*')`);
       }
     });
   }
-  if (settings?.snapshotter !== undefined && !SNAPSHOTTER.test(settings.snapshotter)) {
+  if (settings?.snapshotter !== undefined && !isSnapshotterName(settings.snapshotter)) {
     throw new Error(`containerdRuntime.snapshotter: "${settings.snapshotter}" is not a snapshotter name`);
   }
   for (const [key, value] of Object.entries(options ?? {})) {

@@ -1,7 +1,7 @@
 import { HandlerSettings } from './containerd-config';
 import { badInput } from './errors';
 import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
-import { isDnsLabel, isSha256, runtimeOptionKeyProblem } from '../shared/validation';
+import { isAnnotationGlob, isDnsLabel, isRuntimeType, isSha256, isSnapshotterName, runtimeOptionKeyProblem } from '../shared/validation';
 
 export type Command = 'install' | 'uninstall' | 'status';
 export type RestartMode = 'systemd' | 'command' | 'none';
@@ -168,7 +168,7 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
     }
   }
   const runtimeType = single['runtime-type'];
-  if (runtimeType !== undefined && !/^[a-z0-9]+(\.[a-z0-9_-]+)+$/.test(runtimeType)) {
+  if (runtimeType !== undefined && !isRuntimeType(runtimeType)) {
     throw badInput(`--runtime-type: "${runtimeType}" is not a runtime type name such as io.containerd.runc.v2`);
   }
   const handlerSettings = parseHandlerSettings(single, repeated);
@@ -231,14 +231,12 @@ export function artifactFor(options: InstallerOptions): string {
   return url;
 }
 
-const ANNOTATION_GLOB = /^[A-Za-z0-9*]([-A-Za-z0-9_.\/*]*[A-Za-z0-9*])?$/;
-
 /** containerd's handler-level fields, checked: each becomes a TOML value, never TOML text. */
 function parseHandlerSettings(single: Record<string, string>, repeated: Record<string, string[]>): HandlerSettings {
   const globs = (flag: string): string[] | undefined => {
     const values = repeated[flag];
     for (const v of values ?? []) {
-      if (!ANNOTATION_GLOB.test(v) || v.length > 317) throw badInput(`--${flag}: "${v}" is not an annotation key or a glob of keys (letters, digits, '-', '_', '.', '/', '*')`);
+      if (!isAnnotationGlob(v)) throw badInput(`--${flag}: "${v}" is not an annotation key or a glob of keys (letters, digits, '-', '_', '.', '/', '*')`);
     }
     return values && values.length > 0 ? values : undefined;
   };
@@ -247,7 +245,7 @@ function parseHandlerSettings(single: Record<string, string>, repeated: Record<s
     throw badInput(`--privileged-without-host-devices: "${privileged}" is not true or false`);
   }
   const snapshotter = single.snapshotter;
-  if (snapshotter !== undefined && !/^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$/.test(snapshotter)) {
+  if (snapshotter !== undefined && !isSnapshotterName(snapshotter)) {
     throw badInput(`--snapshotter: "${snapshotter}" is not a snapshotter name (lowercase letters, digits, '-', '_', '.')`);
   }
   const settings: HandlerSettings = {

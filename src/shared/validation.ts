@@ -84,3 +84,22 @@ export function runtimeOptionKeyProblem(key: string): string | undefined {
   if (!/^[A-Za-z0-9_]+$/.test(key)) return `key "${key}" may only hold letters, digits and '_'`;
   return undefined;
 }
+
+const ANNOTATION_GLOB = /^[A-Za-z0-9*]([-A-Za-z0-9_./*]*[A-Za-z0-9*])?$/;
+const RUNTIME_TYPE = /^[a-z0-9]+(\.[a-z0-9_-]+)+$/;
+const SNAPSHOTTER = /^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$/;
+
+/** An annotation key or a glob of keys, as containerd's pod_annotations/container_annotations take them. */
+export function isAnnotationGlob(value: string): boolean {
+  return value.length <= 317 && ANNOTATION_GLOB.test(value);
+}
+
+/** A containerd runtime type name such as io.containerd.runc.v2. */
+export function isRuntimeType(value: string): boolean {
+  return RUNTIME_TYPE.test(value);
+}
+
+/** A containerd snapshotter name such as overlayfs or native. */
+export function isSnapshotterName(value: string): boolean {
+  return SNAPSHOTTER.test(value);
+}
