@@ -165,8 +165,16 @@ function podTool(name: string): string {
   return name;
 }
 
+/** containerd's version on the host and the binary that told it. */
+export interface ContainerdVersion {
+  readonly text: string;
+  readonly major: number;
+  readonly minor: number;
+  readonly binary: string;
+}
+
 /** containerd's version on the host, e.g. { text: '1.6.20', major: 1 }; undefined when unknown. */
-export async function containerdVersion(host: HostContext): Promise<{ text: string; major: number; minor: number; binary: string } | undefined> {
+export async function containerdVersion(host: HostContext): Promise<ContainerdVersion | undefined> {
   const r = await hostCommand(host, ['containerd', '--version'], 20_000);
   const m = /\s(v?(\d+)\.(\d+)\.\d+\S*)/.exec(r.stdout);
   const binary = findHostTool(host.hostRoot, host.searchPath, 'containerd') ?? 'containerd';

@@ -9,11 +9,11 @@ import {
 import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download, takeLocal } from './fetch';
-import { containerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically } from './host';
+import { containerdVersion, ContainerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically } from './host';
 import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { Journal, parseJournal, recoveryFor } from './journal';
-import { artifactFor, InstallerOptions } from './options';
+import { artifactFor, Distro, InstallerOptions } from './options';
 import { preflight } from './preflight';
 import { InstallState, parseState } from './state';
 import { Logger } from '../shared/log';
@@ -64,6 +64,18 @@ async function pauseForTests(step: string): Promise<void> {
  * half second.
  */
 const HEALTH_POLL_MS = 100;
+
+/** A promise's outcome, kept until it is asked for (a rejection waiting there is not unhandled). */
+type Settled<T> = { readonly value: T } | { readonly error: unknown };
+
+function settle<T>(promise: Promise<T>): Promise<Settled<T>> {
+  return promise.then(value => ({ value }), error => ({ error }));
+}
+
+function unwrap<T>(settled: Settled<T>): T {
+  if ('error' in settled) throw settled.error;
+  return settled.value;
+}
 
 /** A k3s/rke2 template that renders exactly the distribution's own config. */
 const BASE_TEMPLATE = '{{ template "base" . }}\n';
@@ -216,7 +228,21 @@ export class Installer {
   private async runUnchecked(): Promise<InstallResult> {
     const distro = detectDistro(this.o);
     this.host = hostContext(this.o, distro);
-    const version = await this.timer.time('detect', () => containerdVersion(this.host));
+    const detecting = this.timer.time('detect', () => containerdVersion(this.host));
+    // An artifact the state file does not record is downloaded whatever the layout turns out to
+    // be: that starts while containerd tells its version. A failed download is reported where it
+    // was before, after the layout's own errors.
+    const scratch = this.o.command === 'install' ? fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-')) : undefined;
+    const early = scratch !== undefined && !this.recordedArtifact() ? settle(this.fetchArtifact(scratch)) : undefined;
+    try {
+      return await this.runDetected(distro, await detecting, scratch, early);
+    } finally {
+      if (scratch !== undefined) fs.rmSync(scratch, { recursive: true, force: true });
+    }
+  }
+
+  private async runDetected(distro: Distro, version: ContainerdVersion | undefined, scratch: string | undefined,
+    early: Promise<Settled<Fetched>> | undefined): Promise<InstallResult> {
     if (!version) {
       this.log.warn('containerd was not found on the host or did not tell its version; the config schema is guessed from the file',
         { distro, searched: this.host.searchPath.join(':') });
@@ -253,23 +279,25 @@ export class Installer {
         timings: this.timer.total(),
       };
     }
-    const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-'));
-    try {
-      // Download and verify before taking the lock: a slow server holds up no other installer.
-      const fetched = this.o.command === 'install' && !this.upToDate(layout) ? await this.fetchArtifact(scratch) : undefined;
-      const lock = onHost(this.o, hostLockPath(this.o.installRoot));
-      const waitStarted = Date.now();
-      const result = await withHostLock(lock, 10 * 60_000, this.log, async () => {
-        this.timer.timings.lockWaitMs = Date.now() - waitStarted;
-        await this.recoverInterrupted();
-        return this.o.command === 'install' ? this.install(base, layout, version?.major, scratch, fetched) : this.uninstall(base, layout, version?.major);
-      }).catch(e => {
-        throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
-      });
-      return { ...result, timings: this.timer.total() };
-    } finally {
-      fs.rmSync(scratch, { recursive: true, force: true });
-    }
+    // Download and verify before taking the lock: a slow server holds up no other installer.
+    const fetched = scratch === undefined ? undefined
+      : early ? unwrap(await early) : !this.upToDate(layout) ? await this.fetchArtifact(scratch) : undefined;
+    const lock = onHost(this.o, hostLockPath(this.o.installRoot));
+    const waitStarted = Date.now();
+    const result = await withHostLock(lock, 10 * 60_000, this.log, async () => {
+      this.timer.timings.lockWaitMs = Date.now() - waitStarted;
+      await this.recoverInterrupted();
+      return scratch !== undefined ? this.install(base, layout, version?.major, scratch, fetched) : this.uninstall(base, layout, version?.major);
+    }).catch(e => {
+      throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
+    });
+    return { ...result, timings: this.timer.total() };
+  }
+
+  /** The state file records the artifact asked for (by its sha256): only then can it be installed already. */
+  private recordedArtifact(): boolean {
+    const state = this.readState();
+    return !!state && this.o.sha256 === state.sha256;
   }
 
   /** The artifact given by its sha256 is installed and intact: nothing to download. */
