@@ -7,6 +7,10 @@
 //
 //   npx ts-node --transpile-only -P tsconfig.json bench/controller.bench.ts [nodes[,nodes...]]
 //   e.g. RCM_BENCH_BEFORE=377f326 ... bench/controller.bench.ts 2000,5000
+//
+// Diagnostics: RCM_BENCH_PROFILE=<dir> writes the controller's CPU profile there;
+// RCM_BENCH_THREADS=1 prints its CPU per thread (main thread vs. GC helpers) and heap;
+// RCM_BENCH_KEEP=1 keeps the work folder (the controllers' logs).
 import { ChildProcess, execFileSync, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
@@ -25,7 +29,7 @@ const NS = 'runtime-class-manager';
 const CLK_TCK = 100;
 const BEFORE = process.env.RCM_BENCH_BEFORE;
 
-interface Figures { writes: number; cpu: number; rssMiB: number; wall: number }
+interface Figures { writes: number; cpu: number; rssMiB: number; wall: number; watches?: string }
 
 /** CPU seconds and peak RSS (MiB) of a live process, from /proc. */
 function usage(pid: number): { cpu: number; rssMiB: number } {
@@ -123,7 +127,20 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
     const wall = (Date.now() - start) / 1000;
     const metrics = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     const writes = [...metrics.matchAll(/^rcm_api_writes_total\{verb="\w+"\} (\d+)/gm)].reduce((sum, m) => sum + Number(m[1]), 0);
-    return { writes, ...usage(controller.pid!), wall };
+    if (process.env.RCM_BENCH_THREADS) {
+      for (const t of fs.readdirSync(`/proc/${controller.pid}/task`)) {
+        const st = fs.readFileSync(`/proc/${controller.pid}/task/${t}/stat`, 'utf8');
+        const comm = /\((.*)\)/.exec(st)![1]; const f = st.split(') ')[1].split(' ');
+        console.log(`thread ${t} ${comm}: user ${Number(f[11]) / CLK_TCK} sys ${Number(f[12]) / CLK_TCK}`);
+      }
+    }
+    // What the controller parsed, per watched resource (controllers from before these metrics have none).
+    const events = new Map([...metrics.matchAll(/^rcm_watch_events_total\{resource="(\w+)"\} (\d+)/gm)].map(m => [m[1], Number(m[2])]));
+    const watches = [...metrics.matchAll(/^rcm_watch_bytes_total\{resource="(\w+)"\} (\d+)/gm)]
+      .map(m => `${m[1]} ${events.get(m[1])} events ${(Number(m[2]) / 1e6).toFixed(1)} MB`).join(', ');
+    const gauge = (metric: string) => Number(new RegExp(`^${metric} (\\S+)`, 'm').exec(metrics)?.[1] ?? NaN) / 2 ** 20;
+    if (process.env.RCM_BENCH_THREADS) console.log(`heap used ${gauge('nodejs_heap_size_used_bytes').toFixed(1)} MiB of ${gauge('nodejs_heap_size_total_bytes').toFixed(1)}, external ${gauge('nodejs_external_memory_bytes').toFixed(1)} MiB`);
+    return { writes, ...usage(controller.pid!), wall, watches };
   } finally {
     stop();
     controller.kill('SIGTERM');
@@ -203,6 +220,7 @@ async function main(): Promise<void> {
       row('CPU seconds', f => f.cpu);
       row('peak RSS (MiB)', f => f.rssMiB, 1);
       row('wall seconds', f => f.wall, 1);
+      if (now.watches) console.log(`controller's watches: ${now.watches}`);
       console.log(`summary: nodes=${nodes} writes=${(now.writes / plain.writes).toFixed(2)}x cpu=${(now.cpu / plain.cpu).toFixed(2)}x rss=${Math.round(now.rssMiB)} MiB`);
     }
     if (results.length > 1) {
@@ -213,7 +231,7 @@ async function main(): Promise<void> {
     console.log('The controller also waits for each Job (the kubelet stand-in finishes pods every 0.5 s), records status and Events');
     console.log('and removes finished Jobs; the plain loop writes and leaves. Its peak RSS is sampled every 0.1 s.');
   } finally {
-    fs.rmSync(work, { recursive: true, force: true });
+    if (!process.env.RCM_BENCH_KEEP) fs.rmSync(work, { recursive: true, force: true });
   }
 }
 

@@ -8,7 +8,8 @@ import { Metrics } from './metrics';
 import { FINALIZER, plan } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
-import { nodeChangeAffects, slimJob, slimNode, slimPod, slimRuntimeClass, slimShim } from './slim';
+import { nodeChangeAffects, SlimJob, slimJob, slimNode, SlimPod, slimPod, slimRuntimeClass, slimShim } from './slim';
+import { jobFromProto, nodeFromProto, podFromProto } from './slim-proto';
 import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
 import { Logger } from '../shared/log';
 
@@ -31,8 +32,8 @@ export class Controller {
   readonly queue = new WorkQueue(200, 60_000, () => Math.max(1000, this.nodes?.size ?? 0));
   private shims!: Informer<ShimObject>;
   private nodes!: Informer<NodeView>;
-  private jobs!: Informer<any>;
-  private pods!: Informer<any>;
+  private jobs!: Informer<SlimJob>;
+  private pods!: Informer<SlimPod>;
   private runtimeClasses!: Informer<any>;
   private readonly informers: Informer<unknown>[] = [];
   private resync?: NodeJS.Timeout;
@@ -67,29 +68,29 @@ export class Controller {
     const onNode = (before?: NodeView, after?: NodeView) => {
       for (const shim of this.shims.list()) if (nodeChangeAffects(shim, before, after)) this.queue.add(shim.metadata.name);
     };
-    this.shims = await this.inform(SHIMS, slimShim, {
+    this.shims = await this.inform(SHIMS, { json: slimShim }, {
       add: s => this.queue.add(s.metadata.name),
       update: (_, s) => this.queue.add(s.metadata.name),
       // A reconcile of a Shim that is gone drops its metric series.
       delete: s => this.queue.add(s.metadata.name),
     });
-    this.nodes = await this.inform<NodeView>('/api/v1/nodes', slimNode, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
+    this.nodes = await this.inform<NodeView>('/api/v1/nodes', { json: slimNode, protobuf: nodeFromProto }, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
     // A Job's delete event ends its tombstone; so does the add of a new Job of that name (the
     // delete event may have come before the tombstone was written).
     const forget = (job: any) => this.deletedJobs.delete(job.metadata?.name);
-    this.jobs = await this.inform(`/apis/batch/v1/namespaces/${ns}/jobs`, slimJob, {
+    this.jobs = await this.inform<SlimJob>(`/apis/batch/v1/namespaces/${ns}/jobs`, { json: slimJob, protobuf: jobFromProto }, {
       add: j => { forget(j); byAnnotation(j); }, update: (_, j) => byAnnotation(j), delete: j => { forget(j); byAnnotation(j); },
     }, managed);
     // A pod matters once it has started (a pending one has nothing to say) and when it ends.
-    const ended = (pod: any) => pod.status.containerStatuses !== undefined;
-    this.pods = await this.inform(`/api/v1/namespaces/${ns}/pods`, slimPod, {
+    const ended = (pod: SlimPod) => pod.status.containerStatuses?.[0]?.state.terminated !== undefined || ['Succeeded', 'Failed'].includes(pod.status.phase ?? '');
+    this.pods = await this.inform<SlimPod>(`/api/v1/namespaces/${ns}/pods`, { json: slimPod, protobuf: podFromProto }, {
       // A pod may arrive already ended (Pending straight to Failed): its Job waits for its result.
       add: pod => { if (ended(pod)) byAnnotation(pod); },
       update: (before, after) => {
         if (before.status.startTime !== after.status.startTime || ended(before) !== ended(after)) byAnnotation(after);
       },
     }, managed, 'status.phase!=Pending');
-    this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', slimRuntimeClass, {
+    this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', { json: slimRuntimeClass }, {
       add: rc => this.onRuntimeClass(rc), update: (_, rc) => this.onRuntimeClass(rc), delete: rc => this.onRuntimeClass(rc),
     });
     this.synced = true;
@@ -116,13 +117,19 @@ export class Controller {
    * Shim being deleted go while its shim stays on every node (I5). A refused LIST (RBAC, a
    * timeout, a 5xx) is retried; the controller is not ready meanwhile.
    */
-  private async inform<T>(path: string, transform: (raw: any) => T, handlers: Handlers<T>,
+  private async inform<T>(path: string, read: { json: (raw: any) => T; protobuf?: (object: Uint8Array) => T }, handlers: Handlers<T>,
     labelSelector?: string, fieldSelector?: string): Promise<Informer<T>> {
     const informer = new Informer<T>(this.kube, {
       path,
       labelSelector,
       fieldSelector,
-      transform,
+      transform: read.json,
+      decode: read.protobuf,
+      onReceived: bytes => {
+        const resource = path.slice(path.lastIndexOf('/') + 1);
+        this.metrics.watchEvents.inc({ resource });
+        this.metrics.watchBytes.inc({ resource }, bytes);
+      },
       onError: e => this.log.warn('watch failed, restarting', { path, error: String((e as Error)?.message ?? e) }),
     }, handlers);
     this.informers.push(informer);
@@ -209,13 +216,39 @@ export class Controller {
       retry: this.settings.retry,
       now: new Date().toISOString(),
     });
-    for (const action of result.actions) await this.carryOut(shim, action);
+    const created: JobRequest[] = [];
+    try {
+      for (const action of result.actions) {
+        await this.carryOut(shim, action);
+        if (action.kind === 'createJob') created.push(action.job);
+      }
+    } finally {
+      this.logCreated(name, created);
+    }
     if (!result.actions.some(a => a.kind === 'removeFinalizer')
       && (!shim.metadata.deletionTimestamp || (shim.metadata.finalizers ?? []).includes(FINALIZER))) {
       await this.writeStatus(shim, result.status);
     }
     if (result.requeueAfterSeconds !== undefined) this.queue.addAfter(name, result.requeueAfterSeconds * 1000);
     this.metrics.observeRollout(name, result.status);
+  }
+
+  /**
+   * One line per pass and operation, naming every node (a rollout step over thousands of
+   * nodes would otherwise write as many lines, each a system call).
+   */
+  private logCreated(shim: string, jobs: JobRequest[]): void {
+    for (const operation of ['install', 'uninstall'] as const) {
+      const these = jobs.filter(j => j.operation === operation);
+      if (these.length === 0) continue;
+      this.log.info('installer jobs created', {
+        shim,
+        operation,
+        handler: these[0].handler,
+        count: these.length,
+        nodes: these.map(j => (j.attempt > 1 ? `${j.node} (attempt ${j.attempt})` : j.node)),
+      });
+    }
   }
 
   private async writeStatus(shim: ShimObject, status: ShimStatus): Promise<void> {
@@ -239,7 +272,6 @@ export class Controller {
         const job = installerJob(this.settings, shim, action.job);
         try {
           await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, job);
-          this.log.info('installer job created', { shim: name, node: action.job.node, operation: action.job.operation, handler: action.job.handler, attempt: action.job.attempt, job: action.job.name });
         } catch (e) {
           if (!isConflictOrExists(e)) throw e;
         }

@@ -1,7 +1,8 @@
 // A thin REST client over the API server: the few verbs the controller needs, with the
-// credentials from @kubernetes/client-node's KubeConfig (in-cluster or a kubeconfig file).
+// credentials of kube-config.ts (in-cluster or a kubeconfig file).
 import * as https from 'https';
-import { KubeConfig } from '@kubernetes/client-node';
+import { ClusterAccess } from './kube-config';
+import { fields, text, unwrap } from './protobuf';
 
 export class ApiError extends Error {
   constructor(readonly code: number, readonly body: string, method: string, path: string) {
@@ -11,6 +12,8 @@ export class ApiError extends Error {
 
 export const MERGE_PATCH = 'application/merge-patch+json';
 export const APPLY_PATCH = 'application/apply-patch+yaml';
+/** The API server's protobuf encoding, which built-in kinds (not custom resources) support. */
+export const PROTOBUF = 'application/vnd.kubernetes.protobuf';
 
 /**
  * Client-side rate limit, as client-go's: a token bucket of `burst` tokens refilled at `qps`
@@ -49,38 +52,95 @@ export interface WatchEvent {
   readonly object: any;
 }
 
+/**
+ * Splits a stream of newline-terminated lines. Each chunk is scanned once and kept as it came
+ * until its line ends: appending chunks to one string and searching it from the start again
+ * costs time in proportion to the square of a line's length (a Node event is some 15 KB, sent
+ * in many TLS records).
+ */
+export class LineSplitter {
+  private parts: Buffer[] = [];
+
+  /** The lines this chunk completes (blank ones skipped). */
+  push(chunk: Buffer): string[] {
+    const lines: string[] = [];
+    let start = 0;
+    let newline: number;
+    while ((newline = chunk.indexOf(10, start)) >= 0) {
+      const tail = chunk.subarray(start, newline);
+      const line = this.parts.length === 0 ? tail.toString('utf8') : Buffer.concat([...this.parts, tail]).toString('utf8');
+      this.parts = [];
+      if (line.trim()) lines.push(line);
+      start = newline + 1;
+    }
+    if (start < chunk.length) this.parts.push(chunk.subarray(start));
+    return lines;
+  }
+}
+
+/**
+ * Splits a protobuf watch stream into its frames: each is a 4-byte big-endian length and
+ * that many bytes (a metav1.WatchEvent).
+ */
+export class FrameSplitter {
+  private parts: Buffer[] = [];
+  private size = 0;
+
+  push(chunk: Buffer): Buffer[] {
+    this.parts.push(chunk);
+    this.size += chunk.length;
+    const frames: Buffer[] = [];
+    // Chunks are joined only once a whole frame has arrived (a Node's frame spans many).
+    while (this.size >= 4) {
+      if (this.parts[0].length < 4) this.parts = [Buffer.concat(this.parts)];
+      const length = this.parts[0].readUInt32BE(0);
+      if (this.size < 4 + length) break;
+      const all = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts);
+      frames.push(all.subarray(4, 4 + length));
+      const rest = all.subarray(4 + length);
+      this.parts = rest.length > 0 ? [rest] : [];
+      this.size = rest.length;
+    }
+    return frames;
+  }
+}
+
 export class Kube {
-  private readonly server: URL;
   /**
    * Connections are reused: a TLS handshake (and a new secure context) per request would
-   * dominate the controller's CPU. The agent holds the TLS material; headers (the token,
-   * which may rotate) are applied per request.
+   * dominate the controller's CPU. The agent holds the TLS material; the Authorization header
+   * (a token that may rotate) is set per request.
    */
-  private agent?: https.Agent;
+  private readonly agent: https.Agent;
 
   /**
    * @param onWrite called for every write (metrics count them)
    * @param limiter the client-side rate limit of every request but watches
    */
-  constructor(readonly config: KubeConfig, private readonly onWrite: (verb: string) => void = () => undefined,
+  constructor(private readonly access: ClusterAccess, private readonly onWrite: (verb: string) => void = () => undefined,
     private readonly limiter?: TokenBucket) {
-    const cluster = config.getCurrentCluster();
-    if (!cluster) throw new Error('the kubeconfig has no current cluster');
-    this.server = new URL(cluster.server);
+    this.agent = new https.Agent({
+      keepAlive: true,
+      maxSockets: 32,
+      ca: access.ca,
+      cert: access.cert,
+      key: access.key,
+      rejectUnauthorized: !access.insecure,
+      ...(access.serverName ? { servername: access.serverName } : {}),
+    });
   }
 
-  private async options(method: string, path: string, headers: Record<string, string | number>, timeout: number): Promise<https.RequestOptions> {
-    const options: https.RequestOptions = { method, hostname: this.server.hostname, port: this.server.port || 443, path, headers, timeout };
-    await this.config.applyToHTTPSOptions(options);
-    const tls = options as https.RequestOptions & { ca?: any; cert?: any; key?: any };
-    this.agent ??= new https.Agent({
-      keepAlive: true, maxSockets: 32, ca: tls.ca, cert: tls.cert, key: tls.key, rejectUnauthorized: tls.rejectUnauthorized,
-    });
-    delete tls.ca;
-    delete tls.cert;
-    delete tls.key;
-    options.agent = this.agent;
-    return options;
+  private options(method: string, path: string, headers: Record<string, string | number>, timeout: number): https.RequestOptions {
+    const authorization = this.access.authorization();
+    return {
+      method,
+      hostname: this.access.server.hostname.replace(/^\[(.*)\]$/, '$1'),
+      port: this.access.server.port || 443,
+      path,
+      timeout,
+      agent: this.agent,
+      headers: authorization ? { ...headers, Authorization: authorization } : headers,
+    };
   }
 
   async request<T = any>(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<T> {
@@ -88,18 +148,18 @@ export class Kube {
     await this.limiter?.take();
     // An explicit length: a chunked DELETE body is refused by the API server.
     const headers = { Accept: 'application/json', ...(payload ? { 'Content-Type': contentType, 'Content-Length': payload.length } : {}) };
-    const options = await this.options(method, path, headers, 30_000);
+    const options = this.options(method, path, headers, 30_000);
     if (method !== 'GET') this.onWrite(method);
     return new Promise<T>((resolve, reject) => {
       const req = https.request(options, res => {
         const chunks: Buffer[] = [];
         res.on('data', c => chunks.push(c));
         res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          if ((res.statusCode ?? 0) >= 300) return reject(new ApiError(res.statusCode ?? 0, text, method, path));
+          const answer = Buffer.concat(chunks).toString('utf8');
+          if ((res.statusCode ?? 0) >= 300) return reject(new ApiError(res.statusCode ?? 0, answer, method, path));
           // Only reads are parsed: no caller uses what a write returns (a patched Node is
           // 14 KB of JSON, thousands of times in a rollout).
-          resolve(method === 'GET' && text ? JSON.parse(text) : undefined);
+          resolve(method === 'GET' && answer ? JSON.parse(answer) : undefined);
         });
       });
       req.on('timeout', () => req.destroy(new Error(`${method} ${path}: timed out`)));
@@ -109,17 +169,67 @@ export class Kube {
   }
 
   /**
-   * A watch: `onEvent` gets each event as it arrives (one JSON object per line). `done`
-   * resolves when the server ends the watch and rejects on an HTTP error (an ApiError) or
-   * when `onEvent` throws.
+   * A JSON watch: `onEvent` gets each event as it arrives (one JSON object per line) with the
+   * length of its line (metrics count what each watch costs to parse). `done` resolves when
+   * the server ends the watch and rejects on an HTTP error (an ApiError) or when `onEvent`
+   * throws.
    */
-  watch(path: string, onEvent: (event: WatchEvent) => void): { done: Promise<void>; abort: () => void } {
+  watch(path: string, onEvent: (event: WatchEvent, bytes: number) => void): { done: Promise<void>; abort: () => void } {
+    const lines = new LineSplitter();
+    return this.stream(path, 'application/json', chunk => {
+      for (const line of lines.push(chunk)) onEvent(JSON.parse(line), line.length);
+    });
+  }
+
+  /**
+   * A protobuf watch (built-in kinds only): `onEvent` gets each event's type and its object,
+   * still encoded (the `k8s` envelope included), with the frame's length.
+   */
+  watchProtobuf(path: string, onEvent: (type: WatchEvent['type'], object: Buffer, bytes: number) => void): { done: Promise<void>; abort: () => void } {
+    const frames = new FrameSplitter();
+    return this.stream(path, PROTOBUF, chunk => {
+      for (const frame of frames.push(chunk)) {
+        // metav1.WatchEvent: type = 1, object = 2 (a RawExtension: raw = 1).
+        let type = '';
+        let object: Buffer = Buffer.alloc(0);
+        for (const f of fields(frame)) {
+          if (f.no === 1) type = text(frame, f);
+          else if (f.no === 2) for (const r of fields(frame, f.start, f.end)) if (r.no === 1) object = frame.subarray(r.start, r.end);
+        }
+        onEvent(type as WatchEvent['type'], object, frame.length);
+      }
+    });
+  }
+
+  /** A GET of a built-in kind as protobuf: the object inside the envelope. */
+  async getProtobuf(path: string): Promise<Buffer> {
+    await this.limiter?.take();
+    const options = this.options('GET', path, { Accept: PROTOBUF }, 30_000);
+    const body = await new Promise<Buffer>((resolve, reject) => {
+      const req = https.request(options, res => {
+        const chunks: Buffer[] = [];
+        res.on('data', c => chunks.push(c));
+        res.on('end', () => {
+          const all = Buffer.concat(chunks);
+          if ((res.statusCode ?? 0) >= 300) reject(new ApiError(res.statusCode ?? 0, all.toString('utf8'), 'GET', path));
+          else resolve(all);
+        });
+      });
+      req.on('timeout', () => req.destroy(new Error(`GET ${path}: timed out`)));
+      req.on('error', reject);
+      req.end();
+    });
+    return unwrap(body);
+  }
+
+  /** A long-running GET whose body is handed over chunk by chunk; `onChunk` may throw to end it. */
+  private stream(path: string, accept: string, onChunk: (chunk: Buffer) => void): { done: Promise<void>; abort: () => void } {
     let req: ReturnType<typeof https.request> | undefined;
     let aborted = false;
     const done = (async () => {
       await this.limiter?.take();
       // No idle timeout: a quiet watch is healthy; the server ends it after timeoutSeconds.
-      const options = await this.options('GET', path, { Accept: 'application/json' }, 0);
+      const options = this.options('GET', path, { Accept: accept }, 0);
       await new Promise<void>((resolve, reject) => {
         if (aborted) return resolve();
         req = https.request(options, res => {
@@ -129,22 +239,12 @@ export class Kube {
             res.on('end', () => reject(new ApiError(res.statusCode ?? 0, Buffer.concat(chunks).toString('utf8'), 'WATCH', path)));
             return;
           }
-          let buffered = '';
-          res.setEncoding('utf8');
-          res.on('data', (chunk: string) => {
-            buffered += chunk;
-            let newline: number;
-            while ((newline = buffered.indexOf('\n')) >= 0) {
-              const line = buffered.slice(0, newline);
-              buffered = buffered.slice(newline + 1);
-              if (!line.trim()) continue;
-              try {
-                onEvent(JSON.parse(line));
-              } catch (e) {
-                req?.destroy();
-                reject(e);
-                return;
-              }
+          res.on('data', (chunk: Buffer) => {
+            try {
+              onChunk(chunk);
+            } catch (e) {
+              req?.destroy();
+              reject(e);
             }
           });
           res.on('end', () => resolve());

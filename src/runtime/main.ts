@@ -1,8 +1,8 @@
 import * as http from 'http';
 import * as os from 'os';
-import { KubeConfig } from '@kubernetes/client-node';
 import { Controller } from './controller';
 import { Kube, TokenBucket } from './kube';
+import { inClusterAccess, kubeconfigAccess } from './kube-config';
 import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
 import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
@@ -108,9 +108,7 @@ async function main(): Promise<void> {
   }
   const flags = parsed.values;
   const log = new Logger(flags['log-format'] === 'json');
-  const config = new KubeConfig();
-  if (flags.kubeconfig) config.loadFromFile(flags.kubeconfig);
-  else config.loadFromCluster();
+  const config = flags.kubeconfig ? kubeconfigAccess(flags.kubeconfig) : inClusterAccess();
   const metrics = new Metrics();
   const countWrite = (verb: string) => metrics.apiWrites.inc({ verb });
   const kube = new Kube(config, countWrite, new TokenBucket(Number(flags['kube-api-qps']), Number(flags['kube-api-burst'])));

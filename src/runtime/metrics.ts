@@ -28,6 +28,10 @@ export class Metrics {
   readonly queueDepth = new Gauge({ name: 'rcm_queue_depth', help: 'Shims waiting in the work queue', registers: [this.registry] });
   readonly rollout = new Gauge({ name: 'rcm_rollout_nodes', help: 'Nodes per Shim by state', labelNames: ['shim', 'state'], registers: [this.registry] });
   readonly apiWrites = new Counter({ name: 'rcm_api_writes_total', help: 'Writes to the API server by verb', labelNames: ['verb'], registers: [this.registry] });
+  readonly watchEvents = new Counter({ name: 'rcm_watch_events_total', help: 'Watch events received by resource', labelNames: ['resource'], registers: [this.registry] });
+  readonly watchBytes = new Counter({
+    name: 'rcm_watch_bytes_total', help: 'Characters of JSON received on watches by resource (what the controller parses)', labelNames: ['resource'], registers: [this.registry],
+  });
   readonly leader = new Gauge({ name: 'rcm_leader', help: '1 when this replica leads', registers: [this.registry] });
 
   /** Finished Jobs already observed (name and creation time: Job names are reused per attempt). */

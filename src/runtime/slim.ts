@@ -4,7 +4,7 @@ import { selects } from './planner';
 import { ShimObject, NodeView } from './types';
 import { ShimNodeLabels } from '../shared/node-labels';
 
-const OUR_ANNOTATIONS = `.${ShimNodeLabels.DOMAIN}/`;
+export const OUR_ANNOTATIONS = `.${ShimNodeLabels.DOMAIN}/`;
 const INSTALLED = `${OUR_ANNOTATIONS}installed`;
 
 export function slimShim(raw: any): ShimObject {
@@ -39,23 +39,56 @@ export function slimNode(raw: any): NodeView {
   };
 }
 
-export function slimJob(raw: any): any {
+/** What the controller keeps of an installer Job: its identity, annotations and outcome. */
+export interface SlimJob {
+  metadata: { name: string; uid: string; creationTimestamp?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  status: {
+    succeeded?: number;
+    completionTime?: string;
+    /** Only the Failed conditions. */
+    conditions: { type: string; status: string; reason?: string; message?: string; lastTransitionTime?: string }[];
+  };
+}
+
+export function slimJob(raw: any): SlimJob {
   const m = raw.metadata;
-  const failed = (raw.status?.conditions ?? []).filter((c: any) => c.type === 'Failed');
+  const failed = (raw.status?.conditions ?? []).filter((c: any) => c.type === 'Failed')
+    .map((c: any) => ({
+      type: c.type, status: c.status, reason: c.reason, message: c.message, lastTransitionTime: c.lastTransitionTime ?? undefined,
+    }));
   return {
     metadata: { name: m.name, uid: m.uid, creationTimestamp: m.creationTimestamp, labels: m.labels, annotations: m.annotations },
     status: { succeeded: raw.status?.succeeded, completionTime: raw.status?.completionTime, conditions: failed },
   };
 }
 
-export function slimPod(raw: any): any {
+export interface ContainerState {
+  waiting?: { reason?: string; message?: string };
+  terminated?: { message?: string; finishedAt?: string };
+}
+
+/**
+ * What the controller keeps of an installer pod: its Job (labels), phase, start, and the
+ * first container's waiting reason or result (the shape of a Pod, so that jobView reads either).
+ */
+export interface SlimPod {
+  metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  status: { phase?: string; startTime?: string; containerStatuses?: { state: ContainerState }[] };
+}
+
+export function slimPod(raw: any): SlimPod {
   const m = raw.metadata;
-  const terminated = raw.status?.containerStatuses?.[0]?.state?.terminated;
+  const first = raw.status?.containerStatuses?.[0];
+  const state: ContainerState = {};
+  if (first?.state?.waiting) state.waiting = { reason: first.state.waiting.reason, message: first.state.waiting.message };
+  const terminated = first?.state?.terminated;
+  if (terminated) state.terminated = { message: terminated.message, finishedAt: terminated.finishedAt ?? undefined };
   return {
     metadata: { name: m.name, labels: m.labels, annotations: m.annotations },
     status: {
+      phase: raw.status?.phase,
       startTime: raw.status?.startTime,
-      ...(terminated ? { containerStatuses: [{ state: { terminated: { message: terminated.message, finishedAt: terminated.finishedAt } } }] } : {}),
+      ...(first ? { containerStatuses: [{ state }] } : {}),
     },
   };
 }

@@ -1,0 +1,143 @@
+import { Informer } from '../../src/runtime/informer';
+import { Kube } from '../../src/runtime/kube';
+import { kubeconfigAccess } from '../../src/runtime/kube-config';
+import { slimJob, slimNode, slimPod } from '../../src/runtime/slim';
+import { jobFromProto, nodeFromProto, podFromProto } from '../../src/runtime/slim-proto';
+import { ControlPlane, startControlPlane } from '../support/control-plane';
+import { eventually, Rest } from '../support/rest';
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { realisticNode } = require('../../bench/realistic-node.js');
+
+// The controller reads Nodes, Jobs and Pods as protobuf, picking field numbers by hand. The
+// oracle is the same object read as JSON from the same real API server (1.20): both views
+// must be equal, for every field the controller keeps, in GETs, paginated LISTs and watches.
+
+let cp: ControlPlane;
+let admin: Rest;
+let kube: Kube;
+const NS = 'default';
+const DOMAIN = 'shim.runtime.spinkube.dev';
+
+beforeAll(async () => {
+  cp = await startControlPlane();
+  admin = new Rest(cp.server, cp.adminToken, cp.caFile);
+  kube = new Kube(kubeconfigAccess(cp.kubeconfig));
+}, 120_000);
+
+afterAll(async () => {
+  await cp?.stop();
+});
+
+async function makeNode(name: string, index: number, extra: { unschedulable?: boolean; ready?: boolean; ours?: boolean }): Promise<void> {
+  const { node, status } = realisticNode(name, index);
+  if (extra.unschedulable) node.spec.unschedulable = true;
+  if (extra.ours) {
+    node.metadata.labels[`spin.${DOMAIN}/handler`] = 'spin';
+    node.metadata.annotations[`spin.${DOMAIN}/installed`] = JSON.stringify([{ handler: 'spin', revision: 'abc' }]);
+    node.metadata.annotations['other.example/unrelated'] = 'dropped';
+  }
+  if (extra.ready === false) status.conditions.find((c: any) => c.type === 'Ready').status = 'False';
+  await admin.request('POST', '/api/v1/nodes', node);
+  await admin.request('PATCH', `/api/v1/nodes/${name}/status`, { status }, 'application/merge-patch+json');
+}
+
+test('Nodes: labels, our annotations only, readiness, cordon and boot ID read alike from protobuf and JSON', async () => {
+  // GIVEN realistic nodes (50 images, managedFields): one of ours and cordoned, one not Ready, one plain
+  await makeNode('pb-node-a', 1, { unschedulable: true, ours: true });
+  await makeNode('pb-node-b', 2, { ready: false });
+  await makeNode('pb-node-c', 3, {});
+  for (const name of ['pb-node-a', 'pb-node-b', 'pb-node-c']) {
+    // WHEN each is read both ways
+    const fromJson = slimNode(await admin.get(`/api/v1/nodes/${name}`));
+    const fromProto = nodeFromProto(await kube.getProtobuf(`/api/v1/nodes/${name}`));
+    // THEN the views are equal
+    expect(fromProto).toEqual(fromJson);
+  }
+  // AND they say what was written
+  const a = nodeFromProto(await kube.getProtobuf('/api/v1/nodes/pb-node-a'));
+  expect(a).toMatchObject({ schedulable: false, ready: true, labels: { [`spin.${DOMAIN}/handler`]: 'spin' } });
+  expect(Object.keys(a.annotations)).toEqual([`spin.${DOMAIN}/installed`]);
+  expect(a.bootID).toMatch(/^[0-9a-f]{36}$/);
+  expect(nodeFromProto(await kube.getProtobuf('/api/v1/nodes/pb-node-b')).ready).toBe(false);
+});
+
+test('Jobs and Pods: identity, Failed conditions, completion, phase, waiting reason and result', async () => {
+  // GIVEN a Job that failed and one that succeeded, as the job controller records them
+  const job = (name: string) => ({
+    apiVersion: 'batch/v1',
+    kind: 'Job',
+    metadata: { name, labels: { 'app.kubernetes.io/managed-by': 'rcm', [`${DOMAIN}/batch`]: '17' }, annotations: { [`${DOMAIN}/node`]: 'pb-node-a' } },
+    spec: { backoffLimit: 0, template: { spec: { restartPolicy: 'Never', nodeName: 'pb-node-a', containers: [{ name: 'installer', image: 'x', args: ['install'] }] } } },
+  });
+  await admin.request('POST', `/apis/batch/v1/namespaces/${NS}/jobs`, job('pb-failed'));
+  await admin.request('POST', `/apis/batch/v1/namespaces/${NS}/jobs`, job('pb-succeeded'));
+  const t = '2026-11-22T10:00:00Z';
+  await admin.request('PATCH', `/apis/batch/v1/namespaces/${NS}/jobs/pb-failed/status`, {
+    status: { startTime: t, failed: 1, conditions: [{ type: 'Failed', status: 'True', reason: 'BackoffLimitExceeded', message: 'Job has reached the specified backoff limit', lastProbeTime: t, lastTransitionTime: t }] },
+  }, 'application/merge-patch+json');
+  await admin.request('PATCH', `/apis/batch/v1/namespaces/${NS}/jobs/pb-succeeded/status`, {
+    status: { startTime: t, completionTime: '2026-11-22T10:00:07Z', succeeded: 1, conditions: [{ type: 'Complete', status: 'True', lastProbeTime: t, lastTransitionTime: t }] },
+  }, 'application/merge-patch+json');
+  for (const name of ['pb-failed', 'pb-succeeded']) {
+    const path = `/apis/batch/v1/namespaces/${NS}/jobs/${name}`;
+    expect(jobFromProto(await kube.getProtobuf(path))).toEqual(slimJob(await admin.get(path)));
+  }
+  expect(jobFromProto(await kube.getProtobuf(`/apis/batch/v1/namespaces/${NS}/jobs/pb-failed`)).status.conditions)
+    .toEqual([{ type: 'Failed', status: 'True', reason: 'BackoffLimitExceeded', message: 'Job has reached the specified backoff limit', lastTransitionTime: t }]);
+
+  // AND pods: one whose container could not be created, one that ended with a result, one pending
+  const pod = (name: string) => ({
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, labels: { 'controller-uid': 'u-1' }, annotations: { [`${DOMAIN}/shim`]: 'spin' } },
+    spec: { restartPolicy: 'Never', nodeName: 'pb-node-a', automountServiceAccountToken: false, containers: [{ name: 'installer', image: 'x' }] },
+  });
+  await admin.request('POST', `/api/v1/namespaces/${NS}/serviceaccounts`, { metadata: { name: 'default' } }); // no controller-manager makes it
+  for (const name of ['pb-waiting', 'pb-ended', 'pb-pending']) await admin.request('POST', `/api/v1/namespaces/${NS}/pods`, pod(name));
+  const containerStatus = (state: object) => ({ name: 'installer', image: 'x', imageID: '', ready: false, restartCount: 0, state });
+  await admin.request('PATCH', `/api/v1/namespaces/${NS}/pods/pb-waiting/status`, {
+    status: { phase: 'Failed', startTime: t, containerStatuses: [containerStatus({ waiting: { reason: 'CreateContainerError', message: 'failed to reserve container name' } })] },
+  }, 'application/merge-patch+json');
+  await admin.request('PATCH', `/api/v1/namespaces/${NS}/pods/pb-ended/status`, {
+    status: {
+      phase: 'Succeeded',
+      startTime: t,
+      containerStatuses: [containerStatus({ terminated: { exitCode: 0, reason: 'Completed', message: '{"outcome":"installed"}', startedAt: t, finishedAt: '2026-11-22T10:00:05Z' } })],
+    },
+  }, 'application/merge-patch+json');
+  for (const name of ['pb-waiting', 'pb-ended', 'pb-pending']) {
+    const path = `/api/v1/namespaces/${NS}/pods/${name}`;
+    expect(podFromProto(await kube.getProtobuf(path))).toEqual(slimPod(await admin.get(path)));
+  }
+  expect(podFromProto(await kube.getProtobuf(`/api/v1/namespaces/${NS}/pods/pb-ended`)).status).toEqual({
+    phase: 'Succeeded', startTime: t, containerStatuses: [{ state: { terminated: { message: '{"outcome":"installed"}', finishedAt: '2026-11-22T10:00:05Z' } } }],
+  });
+});
+
+test('an informer reads the same cache through protobuf as through JSON: paginated LIST, then watch events', async () => {
+  // GIVEN two informers on Nodes, one per encoding, with pages smaller than the list
+  const seen: string[] = [];
+  const json = new Informer(kube, { path: '/api/v1/nodes', transform: slimNode, pageSize: 2 });
+  const proto = new Informer(kube, { path: '/api/v1/nodes', transform: slimNode, decode: nodeFromProto, pageSize: 2, onReceived: () => seen.push('event') },
+    { update: (_, after) => seen.push(`update ${after.name}`) });
+  await makeNode('pb-node-d', 4, {});
+  await Promise.all([json.start(), proto.start()]);
+  try {
+    // THEN the lists agree
+    const byName = (i: Informer<any>) => Object.fromEntries(i.list().map((n: any) => [n.name, n]));
+    expect(byName(proto)).toEqual(byName(json));
+    expect(proto.size).toBeGreaterThanOrEqual(4);
+    // WHEN a node gets a label of ours and is cordoned, and another goes
+    await admin.patch('/api/v1/nodes/pb-node-d', { metadata: { labels: { [`spin.${DOMAIN}/state`]: 'provisioned' } }, spec: { unschedulable: true } });
+    await admin.request('DELETE', '/api/v1/nodes/pb-node-c');
+    // THEN the watch delivers both, and the caches still agree
+    await eventually(async () => proto.get('pb-node-d')?.schedulable === false && !proto.get('pb-node-c') && json.get('pb-node-d')?.schedulable === false && !json.get('pb-node-c'),
+      20_000, () => JSON.stringify(proto.get('pb-node-d')));
+    expect(byName(proto)).toEqual(byName(json));
+    expect(proto.get('pb-node-d')!.labels[`spin.${DOMAIN}/state`]).toBe('provisioned');
+    expect(seen).toContain('update pb-node-d');
+  } finally {
+    json.stop();
+    proto.stop();
+  }
+});
