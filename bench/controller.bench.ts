@@ -85,7 +85,8 @@ function heartbeats(admin: Rest, names: string[]): () => void {
 function finishInstallers(admin: Rest): () => void {
   let timer: NodeJS.Timeout | undefined;
   const finish = async () => {
-    const pods = (await admin.get(`/api/v1/namespaces/${NS}/pods`)).items.filter((p: any) => !['Succeeded', 'Failed'].includes(p.status?.phase));
+    // Only the pods still to finish (listing all of them twice a second loaded the API server more than the rollout did).
+    const pods = (await admin.get(`/api/v1/namespaces/${NS}/pods?fieldSelector=${encodeURIComponent('status.phase=Pending')}`)).items;
     const now = new Date().toISOString();
     await Promise.all(pods.map((p: any) => admin.request('PATCH', `/api/v1/namespaces/${NS}/pods/${p.metadata.name}/status`, {
       status: {

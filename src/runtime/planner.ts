@@ -151,8 +151,13 @@ export function invalidReason(shim: ShimObject, others: ShimObject[], selected: 
   }
   const problem = specProblem(shim.spec);
   if (problem) return problem;
+  // Per platform, not per node: thousands of nodes share a handful of platforms.
+  const checked = new Set<string>();
   for (const node of selected) {
-    if (!artifactFor(shim.spec, node)) return `no artifact for platform ${platformOf(node)} of node ${node.name}`;
+    const platform = platformOf(node);
+    if (checked.has(platform)) continue;
+    if (!artifactFor(shim.spec, node)) return `no artifact for platform ${platform} of node ${node.name}`;
+    checked.add(platform);
   }
   return undefined;
 }
