@@ -31,7 +31,9 @@ async function main() {
       const [shim, node] = work[next++];
       await request('POST', `/apis/batch/v1/namespaces/${namespace}/jobs`, {
         apiVersion: 'batch/v1', kind: 'Job', metadata: { name: `plain-${shim}-${node}` },
-        spec: { template: { spec: { nodeName: node, restartPolicy: 'Never', containers: [{ name: 'c', image: 'x' }] } } },
+        // parallelism 0: the job controller makes no pods for these, so that the controller's
+        // run that follows does not share the API server with thousands of baseline pods.
+        spec: { parallelism: 0, template: { spec: { nodeName: node, restartPolicy: 'Never', containers: [{ name: 'c', image: 'x' }] } } },
       }, 'application/json');
       await request('PATCH', `/api/v1/nodes/${node}`, { metadata: { labels: { [`${shim}.plain.example/state`]: 'provisioned' } } }, 'application/merge-patch+json');
     }
