@@ -72,7 +72,7 @@ function damaged(handlerLabel: string | undefined): InstalledEntry[] {
 
 /** Whether anything of this Shim is on the node (recorded, or labelled). */
 export function hasTrace(node: NodeView, keys: RecordKeys): boolean {
-  return [keys.installed, keys.failure].some(k => k in node.annotations) || [keys.handler, keys.state].some(k => k in node.labels);
+  return keys.installed in node.annotations || keys.failure in node.annotations || keys.handler in node.labels || keys.state in node.labels;
 }
 
 const byFinish = (a: JobView, b: JobView) => (a.finishedAt ?? '').localeCompare(b.finishedAt ?? '') || a.attempt - b.attempt;
@@ -82,7 +82,7 @@ const byFinish = (a: JobView, b: JobView) => (a.finishedAt ?? '').localeCompare(
  * a Job that is already recorded changes nothing, so a Job whose deletion failed after its
  * result was written is harmless when it is seen again.
  */
-export function fold(record: NodeRecord, finished: JobView[], context: { bootID?: string; retryToken?: string; now: string }): NodeRecord {
+export function fold(record: NodeRecord, finished: readonly JobView[], context: { bootID?: string; retryToken?: string; now: string }): NodeRecord {
   const { bootID, retryToken, now } = context;
   let { installed, failure } = record;
   for (const job of [...finished].sort(byFinish)) {
@@ -124,35 +124,48 @@ export function isFailureOf(failure: FailureRecord, job: JobView): boolean {
   return sameOperation(failure, job) && failure.attempt === job.attempt;
 }
 
+/** The values of a record's labels (handler, state) and annotations (installed, failure); undefined: absent. */
+export interface RenderedRecord {
+  readonly handler?: string;
+  readonly state?: string;
+  readonly installed?: string;
+  readonly failure?: string;
+}
+
 /**
  * The labels and annotations that state a record: the handler label (the scheduling gate)
  * only while the node is meant to serve and has not rebooted since its last install.
  */
-export function renderRecord(record: NodeRecord, keys: RecordKeys, opts: { serving: boolean; bootID?: string; failureThreshold: number }):
-{ labels: Record<string, string | undefined>; annotations: Record<string, string | undefined> } {
+export function renderRecord(record: NodeRecord, opts: { serving: boolean; bootID?: string; failureThreshold: number }): RenderedRecord {
   const top = record.installed[0];
   const verified = top !== undefined && (!top.bootID || !opts.bootID || top.bootID === opts.bootID);
   const state = record.failure
     ? (record.failure.attempt >= opts.failureThreshold ? ShimNodeLabels.FAILED : ShimNodeLabels.RETRYING)
     : record.installed.length === 0 ? undefined : opts.serving ? ShimNodeLabels.PROVISIONED : ShimNodeLabels.UNINSTALLING;
   return {
-    labels: {
-      [keys.handler]: opts.serving && verified ? top.handler : undefined,
-      [keys.state]: state,
-    },
-    annotations: {
-      [keys.installed]: record.installed.length > 0 ? stringify(record.installed) : undefined,
-      [keys.failure]: record.failure ? stringify(record.failure) : undefined,
-    },
+    handler: opts.serving && verified ? top.handler : undefined,
+    state,
+    installed: record.installed.length > 0 ? stringify(record.installed) : undefined,
+    failure: record.failure ? stringify(record.failure) : undefined,
   };
 }
 
-/** The merge patch that brings the node to the rendered record, or undefined when it is there. */
-export function nodePatch(node: NodeView, rendered: ReturnType<typeof renderRecord>):
+/**
+ * The merge patch that brings the node to the rendered record, or undefined when it is there
+ * (the common case: nothing is allocated for it, as every pass checks every node).
+ */
+export function nodePatch(node: NodeView, keys: RecordKeys, rendered: RenderedRecord):
 { labels: Record<string, string | null>; annotations: Record<string, string | null> } | undefined {
-  const diff = (current: Record<string, string>, wanted: Record<string, string | undefined>) => Object.fromEntries(
-    Object.entries(wanted).filter(([k, v]) => current[k] !== v).map(([k, v]) => [k, v ?? null]));
-  const labels = diff(node.labels, rendered.labels);
-  const annotations = diff(node.annotations, rendered.annotations);
-  return Object.keys(labels).length + Object.keys(annotations).length > 0 ? { labels, annotations } : undefined;
+  const { labels, annotations } = node;
+  if (labels[keys.handler] === rendered.handler && labels[keys.state] === rendered.state
+    && annotations[keys.installed] === rendered.installed && annotations[keys.failure] === rendered.failure) return undefined;
+  const patch = { labels: {} as Record<string, string | null>, annotations: {} as Record<string, string | null> };
+  const set = (into: Record<string, string | null>, current: Record<string, string>, key: string, value: string | undefined) => {
+    if (current[key] !== value) into[key] = value ?? null;
+  };
+  set(patch.labels, labels, keys.handler, rendered.handler);
+  set(patch.labels, labels, keys.state, rendered.state);
+  set(patch.annotations, annotations, keys.installed, rendered.installed);
+  set(patch.annotations, annotations, keys.failure, rendered.failure);
+  return patch;
 }

@@ -22,6 +22,7 @@ export const FINALIZER = 'runtime.spinkube.dev/finalizer';
 export const RETRY_ANNOTATION = 'runtime.spinkube.dev/retry';
 export const MAX_FAILED_NODES = 20;
 const OS_LABELS = ['kubernetes.io/os', 'beta.kubernetes.io/os'];
+const NO_JOBS: readonly JobView[] = Object.freeze([]) as readonly JobView[];
 const ARCH_LABELS = ['kubernetes.io/arch', 'beta.kubernetes.io/arch'];
 
 export interface PlanInput {
@@ -208,7 +209,7 @@ interface Candidate {
   readonly attempt: number;
   /** A retry of a node that failed: first in line, and it goes on while the rollout is stopped. */
   readonly retry: boolean;
-  readonly supersedes: JobView[];
+  readonly supersedes: readonly JobView[];
 }
 
 /** What one pass found, for the status. */
@@ -261,7 +262,8 @@ export function plan(input: PlanInput): Plan {
   }
 
   if (!deleting && !hasFinalizer) actions.push({ kind: 'addFinalizer' });
-  const selected = deleting ? [] : input.nodes.filter(n => selects(shim.spec?.nodeSelector, n.labels));
+  const selector = Object.entries(shim.spec?.nodeSelector ?? {});
+  const selected = deleting ? [] : input.nodes.filter(n => selector.every(([k, v]) => n.labels[k] === v));
   const selectedNames = new Set(selected.map(n => n.name));
   const invalid = deleting ? undefined : invalidReason(shim, input.otherShims, selected);
   if (invalid) actions.push(...invalidEvent(previous, invalid));
@@ -284,14 +286,15 @@ export function plan(input: PlanInput): Plan {
 
   for (const node of [...input.nodes].sort((a, b) => (a.name < b.name ? -1 : 1))) {
     const isSelected = selectedNames.has(node.name);
-    const jobs = own.get(node.name) ?? [];
+    const jobs = own.get(node.name) ?? NO_JOBS;
     if (!isSelected && jobs.length === 0 && !hasTrace(node, keys)) continue;
     const serving = !deleting && isSelected;
-    const running = jobs.filter(j => j.phase === 'running');
-    const finished = jobs.filter(j => j.phase !== 'running');
+    // Most nodes have no Job of this Shim: no arrays are made for them (every pass visits every node).
+    const running = jobs.length === 0 ? NO_JOBS : jobs.filter(j => j.phase === 'running');
+    const finished = jobs.length === 0 ? NO_JOBS : jobs.filter(j => j.phase !== 'running');
     const before = readRecord(node, keys);
-    let record = fold(before, finished, { bootID: node.bootID, retryToken, now });
-    results.push(...newResults(node, finished, before));
+    let record = finished.length === 0 ? before : fold(before, finished, { bootID: node.bootID, retryToken, now });
+    if (finished.length > 0) results.push(...newResults(node, finished, before));
 
     const step = running.length > 0 ? undefined : nextStep(record, serving, desired, node.bootID);
     const failure = record.failure;
@@ -303,18 +306,20 @@ export function plan(input: PlanInput): Plan {
     }
     // A handler being removed gives no gate, even if the node is selected again meanwhile.
     const draining = running.some(j => j.operation === 'uninstall' && j.handler === record.installed[0]?.handler);
-    const rendered = renderRecord(record, keys, { serving: serving && !draining, bootID: node.bootID, failureThreshold: policy.failureThreshold });
-    const patch = nodePatch(node, rendered);
+    const rendered = renderRecord(record, { serving: serving && !draining, bootID: node.bootID, failureThreshold: policy.failureThreshold });
+    const patch = nodePatch(node, keys, rendered);
     if (patch) actions.push({ kind: 'writeNode', node: node.name, ...patch });
 
     // Finished Jobs are removed once recorded (I8: the TTL controller is not relied on). The
     // last failed one stays for inspection until it is superseded or no longer relevant.
     const keep = (j: JobView) => j.phase === 'failed' && record.failure !== undefined && isFailureOf(record.failure, j);
-    const kept = finished.filter(keep);
-    for (const job of finished.filter(j => j.phase === 'failed' && !keep(j))) actions.push({ kind: 'deleteJob', name: job.name });
-    // Succeeded Jobs go in one request per batch (below), after the records that hold their
-    // results; one from before batches existed goes by its name.
-    for (const job of finished.filter(j => j.phase === 'succeeded' && !j.batch)) actions.push({ kind: 'deleteJob', name: job.name });
+    const kept = finished.length === 0 ? NO_JOBS : finished.filter(keep);
+    for (const job of finished) {
+      if (job.phase === 'failed' && !keep(job)) actions.push({ kind: 'deleteJob', name: job.name });
+      // Succeeded Jobs go in one request per batch (below), after the records that hold their
+      // results; one from before batches existed goes by its name.
+      if (job.phase === 'succeeded' && !job.batch) actions.push({ kind: 'deleteJob', name: job.name });
+    }
 
     if (record.installed.length > 0 || running.length > 0) traced++;
     const top = record.installed[0];
@@ -449,7 +454,7 @@ interface Result {
   readonly job: JobView;
 }
 
-function newResults(node: NodeView, finished: JobView[], before: NodeRecord): Result[] {
+function newResults(node: NodeView, finished: readonly JobView[], before: NodeRecord): Result[] {
   return finished.filter(job => {
     if (job.phase === 'failed') return !(before.failure && isFailureOf(before.failure, job));
     const had = before.installed.find(e => e.handler === job.handler);
