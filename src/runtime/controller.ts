@@ -117,7 +117,7 @@ export class Controller {
    * Shim being deleted go while its shim stays on every node (I5). A refused LIST (RBAC, a
    * timeout, a 5xx) is retried; the controller is not ready meanwhile.
    */
-  private async inform<T>(path: string, read: { json: (raw: any) => T; protobuf?: (object: Uint8Array) => T }, handlers: Handlers<T>,
+  private async inform<T>(path: string, read: { json: (raw: any) => T; protobuf?: (object: Buffer) => T }, handlers: Handlers<T>,
     labelSelector?: string, fieldSelector?: string): Promise<Informer<T>> {
     const informer = new Informer<T>(this.kube, {
       path,

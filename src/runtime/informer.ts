@@ -4,7 +4,7 @@
 // reduced before it is cached, LISTs are paginated, and a watch that expired (410 Gone)
 // lists again. Built-in kinds are read as protobuf, whose unread parts cost nothing to skip.
 import { ApiError, Kube } from './kube';
-import { fields, text, unwrap } from './protobuf';
+import { Fields, unwrap } from './protobuf';
 import { objectMeta, statusFromProto } from './slim-proto';
 
 export interface InformerOptions<T> {
@@ -18,7 +18,7 @@ export interface InformerOptions<T> {
    * What the cache keeps of an object read as protobuf (built-in kinds only); when given,
    * lists and watches use protobuf and `transform` is not used.
    */
-  readonly decode?: (object: Uint8Array) => T;
+  readonly decode?: (object: Buffer) => T;
   /** Objects per LIST page. */
   readonly pageSize?: number;
   /** Called for each object received, with its size in characters (lists and watches). */
@@ -117,14 +117,16 @@ export class Informer<T> {
   private async protobufPage(query: string, into: Map<string, T>): Promise<{ continue: string; resourceVersion: string }> {
     const list = await this.kube.getProtobuf(query);
     const meta = { continue: '', resourceVersion: '' };
-    for (const f of fields(list)) {
+    const f = new Fields(list);
+    while (f.next()) {
       if (f.no === 1) {
-        for (const m of fields(list, f.start, f.end)) {
-          if (m.no === 2) meta.resourceVersion = text(list, m);
-          else if (m.no === 3) meta.continue = text(list, m);
+        const m = f.nested();
+        while (m.next()) {
+          if (m.no === 2) meta.resourceVersion = m.text();
+          else if (m.no === 3) meta.continue = m.text();
         }
       } else if (f.no === 2) {
-        const item = list.subarray(f.start, f.end);
+        const item = f.bytes();
         into.set(objectMeta(item).name, this.options.decode!(item));
       }
     }

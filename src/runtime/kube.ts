@@ -2,7 +2,7 @@
 // credentials of kube-config.ts (in-cluster or a kubeconfig file).
 import * as https from 'https';
 import { ClusterAccess } from './kube-config';
-import { fields, text, unwrap } from './protobuf';
+import { Fields, unwrap } from './protobuf';
 
 export class ApiError extends Error {
   constructor(readonly code: number, readonly body: string, method: string, path: string) {
@@ -192,9 +192,14 @@ export class Kube {
         // metav1.WatchEvent: type = 1, object = 2 (a RawExtension: raw = 1).
         let type = '';
         let object: Buffer = Buffer.alloc(0);
-        for (const f of fields(frame)) {
-          if (f.no === 1) type = text(frame, f);
-          else if (f.no === 2) for (const r of fields(frame, f.start, f.end)) if (r.no === 1) object = frame.subarray(r.start, r.end);
+        const f = new Fields(frame);
+        while (f.next()) {
+          if (f.no === 1) {
+            type = f.text();
+          } else if (f.no === 2) {
+            const raw = f.nested();
+            while (raw.next()) if (raw.no === 1) object = raw.bytes();
+          }
         }
         onEvent(type as WatchEvent['type'], object, frame.length);
       }

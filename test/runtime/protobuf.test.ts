@@ -1,0 +1,58 @@
+import { Fields, unwrap } from '../../src/runtime/protobuf';
+
+// The wire format reader on hand-made messages; real objects from an API server are covered
+// by test/integration/protobuf-views.test.ts.
+
+function varint(n: bigint): number[] {
+  const out: number[] = [];
+  let v = BigInt.asUintN(64, n);
+  do {
+    const byte = Number(v % 128n);
+    v /= 128n;
+    out.push(v > 0n ? byte + 128 : byte);
+  } while (v > 0n);
+  return out;
+}
+const key = (no: number, wire: number) => varint(BigInt(no * 8 + wire));
+const str = (no: number, s: string | Buffer) => {
+  const b = Buffer.isBuffer(s) ? s : Buffer.from(s);
+  return [...key(no, 2), ...varint(BigInt(b.length)), ...b];
+};
+const int = (no: number, n: bigint) => [...key(no, 0), ...varint(n)];
+
+test('fields in order, nested messages, fixed-width fields skipped', () => {
+  const inner = Buffer.from([...str(1, 'kubernetes.io/os'), ...str(2, 'linux')]);
+  const buf = Buffer.from([
+    ...int(1, 300n), ...key(2, 1), 1, 2, 3, 4, 5, 6, 7, 8, ...str(3, inner), ...key(4, 5), 9, 9, 9, 9, ...str(5, 'é'),
+  ]);
+  const f = new Fields(buf);
+  const seen: string[] = [];
+  while (f.next()) {
+    if (f.no === 1) seen.push(`1=${f.value}`);
+    else if (f.no === 3) seen.push(`3=${f.mapEntry().join(':')}`);
+    else if (f.no === 5) seen.push(`5=${f.text()}`);
+  }
+  expect(seen).toEqual(['1=300', '3=kubernetes.io/os:linux', '5=é']);
+});
+
+test('a time as the API server writes it in JSON; the zero time (negative seconds) is absent', () => {
+  const time = (seconds: bigint) => {
+    const f = new Fields(Buffer.from(str(1, Buffer.from(int(1, seconds)))));
+    f.next();
+    return f.time();
+  };
+  expect(time(1795344016n)).toBe('2026-11-22T10:40:16Z');
+  expect(time(-62135596800n)).toBeUndefined();
+});
+
+test('damaged input is refused, not misread', () => {
+  const read = (bytes: number[]) => () => {
+    const f = new Fields(Buffer.from(bytes));
+    while (f.next()) f.text();
+  };
+  expect(read([...key(1, 2), 10, 65])).toThrow(/runs past its message/);
+  expect(read([...key(1, 0), 0x80])).toThrow(/truncated varint/);
+  expect(read([...key(1, 3)])).toThrow(/unsupported wire type 3/);
+  expect(() => unwrap(Buffer.from('{"kind":"Node"}'))).toThrow(/no k8s magic/);
+  expect(unwrap(Buffer.from([0x6b, 0x38, 0x73, 0x00, ...str(2, 'object')])).toString()).toBe('object');
+});
