@@ -10,7 +10,8 @@
 //
 // Diagnostics: RCM_BENCH_PROFILE=<dir> writes the controller's CPU profile there;
 // RCM_BENCH_THREADS=1 prints its CPU per thread (main thread vs. GC helpers) and heap;
-// RCM_BENCH_KEEP=1 keeps the work folder (the controllers' logs).
+// RCM_BENCH_KEEP=1 keeps the work folder (the controllers' logs); RCM_BENCH_NODE_FLAGS='...'
+// runs the controllers with these node flags (e.g. V8 heap settings).
 import { ChildProcess, execFileSync, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
@@ -104,7 +105,8 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   const metricsPort = await freePort();
   const start = Date.now();
   const profile = process.env.RCM_BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.RCM_BENCH_PROFILE}`] : [];
-  const controller = spawn(process.execPath, [...profile, bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
+  const nodeFlags = (process.env.RCM_BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+  const controller = spawn(process.execPath, [...nodeFlags, ...profile, bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
     `--metrics-bind-address=127.0.0.1:${metricsPort}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`, '--log-format=json', '--workers=4',
     // The client-side limit is raised so that the rollout's pace is the kubelet stand-in's.
     ...(bundle.includes('rcm-controller-') ? [] : ['--kube-api-qps=1000', '--kube-api-burst=2000'])],
