@@ -48,6 +48,8 @@ export class Controller {
    * rollout slot to another node. Dropped once the cache has them, or after a minute.
    */
   private readonly createdJobs = new Map<string, { view: JobView; at: number }>();
+  /** Shims (by uid) whose finished Jobs are being removed by a request still under way. */
+  private readonly cleaning = new Set<string>();
   private synced = false;
 
   constructor(private readonly kube: Kube, private readonly settings: ControllerSettings,
@@ -294,8 +296,23 @@ export class Controller {
           && (j.status?.succeeded ?? 0) > 0);
         const labels = `${LABEL_SHIM_UID}=${uid},${LABEL_BATCH} in (${action.batches.join(',')})`;
         const selector = `labelSelector=${encodeURIComponent(labels)}&fieldSelector=${encodeURIComponent('status.successful=1')}`;
-        await this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs?${selector}`, { propagationPolicy: 'Background' });
+        // Cleanup, not progress: it runs beside the rest of the pass. Removing hundreds of Jobs
+        // in one request can outlast the client's timeout on a busy API server (seen at 5,000
+        // nodes); waiting for it failed the pass and held the rollout back. The Jobs are hidden
+        // from the planner meanwhile (their results are recorded) and shown again if the
+        // request fails, so that a later pass removes what is left.
+        if (this.cleaning.has(uid)) return;
+        this.cleaning.add(uid);
         for (const job of succeeded) this.deletedJobs.add(job.metadata.name);
+        void this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs?${selector}`, { propagationPolicy: 'Background' })
+          .catch(e => {
+            for (const job of succeeded) this.deletedJobs.delete(job.metadata.name);
+            this.log.warn('could not remove finished installer Jobs; a later pass retries', { shim: name, jobs: succeeded.length, error: (e as Error).message });
+          })
+          .finally(() => {
+            this.cleaning.delete(uid);
+            this.queue.add(name);
+          });
         return;
       }
       case 'writeNode':
