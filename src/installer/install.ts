@@ -12,9 +12,10 @@ import { download, takeLocal } from './fetch';
 import { containerdVersion, ContainerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically } from './host';
 import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
+import { findHostTool } from './host-tools';
 import { Journal, parseJournal, recoveryFor } from './journal';
 import { artifactFor, Distro, InstallerOptions } from './options';
-import { preflight } from './preflight';
+import { preflight, PreflightContext } from './preflight';
 import { InstallState, parseState } from './state';
 import { Logger } from '../shared/log';
 
@@ -75,6 +76,22 @@ function settle<T>(promise: Promise<T>): Promise<Settled<T>> {
 function unwrap<T>(settled: Settled<T>): T {
   if ('error' in settled) throw settled.error;
   return settled.value;
+}
+
+/** An edit of containerd's config, computed and not yet written. */
+interface EditPlan {
+  /** The text edited (the file's, or the initial text of a file to create). */
+  readonly current: string;
+  readonly configVersion: ConfigVersion;
+  /** Options the handler takes over from the node's default runtime (its cgroup driver). */
+  readonly inherited: Record<string, string>;
+  readonly edited: { text: string } & EditRecord;
+}
+
+/** The config imports other files (what containerd reads then is not this text alone). */
+function importsFiles(text: string): boolean {
+  const imports = parseConfig(text).imports;
+  return imports !== undefined && !(Array.isArray(imports) && imports.length === 0);
 }
 
 /** A k3s/rke2 template that renders exactly the distribution's own config. */
@@ -200,6 +217,10 @@ export class Installer {
   private stateProblem?: string;
   /** The host's namespaces and tool folders, once the distribution is known. */
   private host!: HostContext;
+  /** containerd's default runtimes (`config default`), once asked. */
+  private defaults?: Promise<Record<string, any> | undefined>;
+  /** A candidate config that the preflight run ahead accepted (see judgeAhead). */
+  private judged?: { readonly candidate: string; readonly binary: string; readonly containerd: string };
 
   constructor(private readonly o: InstallerOptions, private readonly log: Logger) {}
 
@@ -280,8 +301,16 @@ export class Installer {
       };
     }
     // Download and verify before taking the lock: a slow server holds up no other installer.
-    const fetched = scratch === undefined ? undefined
-      : early ? unwrap(await early) : !this.upToDate(layout) ? await this.fetchArtifact(scratch) : undefined;
+    let fetched: Fetched | undefined;
+    if (early) {
+      // Meanwhile containerd judges the config this install will most likely write.
+      const ahead = settle(this.judgeAhead(layout, version?.major));
+      const got = await early;
+      await ahead; // it only reads (its candidate file is gone again), whatever it found
+      fetched = unwrap(got);
+    } else if (scratch !== undefined && !this.upToDate(layout)) {
+      fetched = await this.fetchArtifact(scratch);
+    }
     const lock = onHost(this.o, hostLockPath(this.o.installRoot));
     const waitStarted = Date.now();
     const result = await withHostLock(lock, 10 * 60_000, this.log, async () => {
@@ -360,9 +389,7 @@ export class Installer {
 
     // The versioned path: a new version never overwrites a binary running pods use. A
     // payload is one folder per version; its shim is a file in it.
-    const version = fetched.sha256.slice(0, 16);
-    const payloadDir = fetched.payload ? path.join(payloadsDir(o), version) : undefined;
-    const binary = payloadDir ? path.join(payloadDir, o.payloadShim!) : path.join(shimsDir(o), version, shim.name);
+    const { binary, payloadDir } = this.versionPaths(fetched.sha256, shim.name);
     const binaryOnHost = onHost(o, binary);
     const versionOnHost = payloadDir ? onHost(o, payloadDir) : path.dirname(binaryOnHost);
     const exists = payloadDir ? fs.existsSync(versionOnHost) : fs.existsSync(binaryOnHost);
@@ -376,29 +403,14 @@ export class Installer {
     let edited: { text: string } & EditRecord;
     let configVersion: ConfigVersion;
     let previousBinary = state?.binary;
-    let inherited: Record<string, string> = {};
+    let inherited: Record<string, string>;
     try {
-      const current = original ?? await this.initialConfig(layout);
-      const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
-      configVersion = layout.dropInVersion ?? detectConfigVersion(layout.template ? rendered : current, major);
-      checkVersionSupported(configVersion, major, this.containerdMinor);
+      const plan = await this.planEdit(layout, major, state, original, binary, payloadDir, true);
+      ({ edited, configVersion, inherited } = plan);
       // Without a usable record, the config shows which of our versions is in use.
-      previousBinary ??= this.ownBinaryIn(current, configVersion);
-      const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
-      // The handler's pods use the node's cgroup driver unless the Shim's options say otherwise.
-      const effectiveFile = onHost(o, layout.effectiveConfig);
-      const effectiveText = layout.effectiveConfig !== layout.config && fs.existsSync(effectiveFile) ? fs.readFileSync(effectiveFile, 'utf8') : current;
-      inherited = inheritedCgroupOption(effectiveText, configVersion);
-      const options = { ...inherited, ...expandOptions(o.runtimeOptions, payloadDir) };
-      if (o.handlerSettings.snapshotter !== undefined && major === 1 && (this.containerdMinor ?? 0) < 7) {
-        throw new ConfigError(`a per-handler snapshotter needs containerd 1.7 or later; this node runs ${major}.${this.containerdMinor}`);
-      }
-      const entry = o.runtimeType
-        ? { handler: o.handler, runtimeType: o.runtimeType, runtimePath: binary, options, settings: o.handlerSettings }
-        : { handler: o.handler, runtimeType: binary, options, settings: o.handlerSettings };
-      edited = await this.timer.time('config', () => addRuntime(current, configVersion, entry, defaults, this.owns(state)));
-      if (edited.text !== original) {
-        await this.timer.time('preflight', () => preflight({ options: o, host: this.host, log: this.log, containerdFound: this.containerdFound }, layout, edited.text, binary));
+      previousBinary ??= this.ownBinaryIn(plan.current, configVersion);
+      if (edited.text !== original && !this.judgedAhead(edited.text, binary)) {
+        await this.timer.time('preflight', () => preflight(this.preflightContext(), layout, edited.text, binary));
       }
     } catch (e) {
       throw e instanceof ConfigError ? configFailed(e.message) : e;
@@ -512,6 +524,100 @@ export class Installer {
       paths: { ...base.paths, binary },
       state: newState,
     };
+  }
+
+  /**
+   * The config edit for `binary`: the config's schema, the node's cgroup driver inherited
+   * from its default runtime, and the text with our handler in it. Throws ConfigError.
+   */
+  private async planEdit(layout: DistroLayout, major: number | undefined, state: InstallState | undefined, original: string | undefined,
+    binary: string, payloadDir: string | undefined, timed: boolean): Promise<EditPlan> {
+    const o = this.o;
+    const current = original ?? await this.initialConfig(layout);
+    const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
+    const configVersion = layout.dropInVersion ?? detectConfigVersion(layout.template ? rendered : current, major);
+    checkVersionSupported(configVersion, major, this.containerdMinor);
+    const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
+    // The handler's pods use the node's cgroup driver unless the Shim's options say otherwise.
+    const effectiveFile = onHost(o, layout.effectiveConfig);
+    const effectiveText = layout.effectiveConfig !== layout.config && fs.existsSync(effectiveFile) ? fs.readFileSync(effectiveFile, 'utf8') : current;
+    const inherited = inheritedCgroupOption(effectiveText, configVersion);
+    const options = { ...inherited, ...expandOptions(o.runtimeOptions, payloadDir) };
+    if (o.handlerSettings.snapshotter !== undefined && major === 1 && (this.containerdMinor ?? 0) < 7) {
+      throw new ConfigError(`a per-handler snapshotter needs containerd 1.7 or later; this node runs ${major}.${this.containerdMinor}`);
+    }
+    const entry = o.runtimeType
+      ? { handler: o.handler, runtimeType: o.runtimeType, runtimePath: binary, options, settings: o.handlerSettings }
+      : { handler: o.handler, runtimeType: binary, options, settings: o.handlerSettings };
+    const edit = () => addRuntime(current, configVersion, entry, defaults, this.owns(state));
+    const edited = timed ? await this.timer.time('config', edit) : edit();
+    return { current, configVersion, inherited, edited };
+  }
+
+  /** Where an artifact of this sha256 is installed: its versioned binary, and the payload folder of a payload. */
+  private versionPaths(sha256: string, shimFileName: string): { binary: string; payloadDir?: string } {
+    const version = sha256.slice(0, 16);
+    const payloadDir = this.o.payloadShim !== undefined ? path.join(payloadsDir(this.o), version) : undefined;
+    return { binary: payloadDir ? path.join(payloadDir, this.o.payloadShim!) : path.join(shimsDir(this.o), version, shimFileName), payloadDir };
+  }
+
+  private preflightContext(): PreflightContext {
+    return { options: this.o, host: this.host, log: this.log, containerdFound: this.containerdFound };
+  }
+
+  /**
+   * The preflight, run ahead while the artifact downloads (it costs a `containerd config
+   * dump`, some 40 ms): the candidate is computed from the config and the state as they are
+   * now, for the binary path this artifact will most likely have (the path is the sha256
+   * given and the shim's file name, which only the archive tells: the recorded one, or -v2).
+   * It only counts if the edit computed under the host lock is the same text for the same
+   * binary and the same containerd binary judges it: then containerd would say the same
+   * again. Only a candidate that imports no other file is judged ahead (what another
+   * installer writes meanwhile could change an imported file), and only a plain config (not
+   * a template, nor a drop-in beside a main config, whose folder other installers write
+   * to). Anything else, or any doubt, and the preflight runs under the lock as before. Its
+   * refusals are not kept either: under the lock the preflight runs again and reports them.
+   */
+  private async judgeAhead(layout: DistroLayout, major: number | undefined): Promise<void> {
+    const o = this.o;
+    if (!o.sha256 || !this.containerdFound || layout.template || layout.effectiveConfig !== layout.config) return;
+    const containerd = this.containerdIdentity();
+    if (!containerd) return;
+    const configFile = onHost(o, layout.config);
+    const original = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : undefined;
+    const state = this.readState();
+    const { binary, payloadDir } = this.versionPaths(o.sha256, this.likelyShimFileName(state));
+    const { edited } = await this.planEdit(layout, major, state, original, binary, payloadDir, false);
+    if (edited.text === original || importsFiles(edited.text)) return;
+    await this.timer.time('preflightAhead', () => preflight(this.preflightContext(), layout, edited.text, binary));
+    this.judged = { candidate: edited.text, binary, containerd };
+  }
+
+  /** The preflight run ahead judged exactly this candidate (see judgeAhead). */
+  private judgedAhead(candidate: string, binary: string): boolean {
+    const judged = this.judged;
+    if (!judged || judged.candidate !== candidate || judged.binary !== binary || judged.containerd !== this.containerdIdentity()) return false;
+    this.log.info('containerd judged this very config while the artifact downloaded: the preflight stands');
+    return true;
+  }
+
+  /** The shim's file name in the artifact, as far as is known before it is unpacked. */
+  private likelyShimFileName(state: InstallState | undefined): string {
+    const recorded = state && !this.isPayload(state.binary) ? path.posix.basename(state.binary) : undefined;
+    const shimFile = new RegExp(`^containerd-shim-${this.o.shimName.replace(/[^a-z0-9-]/g, '')}-v[0-9]+$`);
+    return recorded && shimFile.test(recorded) ? recorded : `containerd-shim-${this.o.shimName}-v2`;
+  }
+
+  /** Which containerd binary answers preflights (its host path and inode, size and time), or undefined. */
+  private containerdIdentity(): string | undefined {
+    const binary = findHostTool(this.host.hostRoot, this.host.searchPath, 'containerd');
+    if (!binary) return undefined;
+    try {
+      const stat = fs.statSync(onHost(this.o, binary));
+      return `${binary} ${stat.dev}:${stat.ino} ${stat.size} ${stat.mtimeMs}`;
+    } catch {
+      return undefined;
+    }
   }
 
   private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined): Promise<InstallResult> {
@@ -728,9 +834,12 @@ export class Installer {
 
 
   private async defaultRuntimes(): Promise<Record<string, any> | undefined> {
-    const r = await hostCommand(this.host, ['containerd', 'config', 'default'], 30_000);
-    if (r.code !== 0) throw configFailed(`cannot read containerd's default runtimes (containerd config default: ${r.stderr.trim()})`);
-    return defaultRuntimesOf(r.stdout);
+    // Asked once per run: a preflight run ahead and the edit under the lock may both need them.
+    this.defaults ??= hostCommand(this.host, ['containerd', 'config', 'default'], 30_000).then(r => {
+      if (r.code !== 0) throw configFailed(`cannot read containerd's default runtimes (containerd config default: ${r.stderr.trim()})`);
+      return defaultRuntimesOf(r.stdout);
+    });
+    return this.defaults;
   }
 
   /** Removes a file or folder, then its parents below the install root while they are empty. */

@@ -1,9 +1,11 @@
+import { ChildProcess, spawn, spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { effectiveConfigProblem } from '../../src/installer/containerd-config';
+import { hostLockPath } from '../../src/installer/host-lock';
 import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // Before a restart, the host's containerd reads the candidate config (`config dump`): what
@@ -26,14 +28,17 @@ disabled_plugins = ["cri"]
 let bundle: string;
 let server: ArtifactServer;
 let url: string;
+let artifactSha256: string;
 const hosts: FakeHost[] = [];
+const started: ChildProcess[] = [];
 
 beforeAll(async () => {
   bundle = buildInstaller(work);
   server = await startArtifactServer();
-  url = (await publishShim(server, work)).url;
+  ({ url, sha256: artifactSha256 } = await publishShim(server, work));
 });
 afterAll(async () => {
+  for (const child of started) if (child.exitCode === null) child.kill('SIGKILL');
   for (const host of hosts) await host.stop();
   await server?.close();
   fs.rmSync(work, { recursive: true, force: true });
@@ -79,13 +84,16 @@ test.each([
   const host = await hostWith(containerd, files);
   const before = listing(host);
   const contents = Object.keys(files).map(f => fs.readFileSync(path.join(host.root, f), 'utf8'));
-  const r = await runBundle(bundle, 'install', args(host));
-  expect(r.stderr).toMatch(message);
-  expect(r.code).toBe(4);
-  expect(r.result).toMatchObject({ outcome: 'failed', reason: 'ContainerdConfigInvalid' });
-  expect(fs.existsSync(path.join(host.root, 'run/restarts'))).toBe(false);
-  expect(listing(host).filter(p => !p.startsWith('run/lock'))).toEqual(before);
-  expect(Object.keys(files).map(f => fs.readFileSync(path.join(host.root, f), 'utf8'))).toEqual(contents);
+  // (with --sha256 the preflight runs ahead too, while the artifact downloads: the same refusal, the same untouched host)
+  for (const sha256Flag of [[], [`--sha256=${artifactSha256}`]]) {
+    const r = await runBundle(bundle, 'install', [...args(host), ...sha256Flag]);
+    expect(r.stderr).toMatch(message);
+    expect(r.code).toBe(4);
+    expect(r.result).toMatchObject({ outcome: 'failed', reason: 'ContainerdConfigInvalid' });
+    expect(fs.existsSync(path.join(host.root, 'run/restarts'))).toBe(false);
+    expect(listing(host).filter(p => !p.startsWith('run/lock'))).toEqual(before);
+    expect(Object.keys(files).map(f => fs.readFileSync(path.join(host.root, f), 'utf8'))).toEqual(contents);
+  }
 }, 60_000);
 
 test('a config containerd accepts passes the preflight and leaves no candidate behind', async () => {
@@ -97,3 +105,66 @@ test('a config containerd accepts passes the preflight and leaves no candidate b
   expect(fs.readdirSync(path.join(host.root, 'etc/containerd'))).toEqual(['config.toml']);
   expect(fs.readdirSync(path.join(host.root, 'opt/rcm')).sort()).toEqual(['backups', 'shims', 'state']);
 }, 60_000);
+
+// With --sha256 the preflight runs while the artifact downloads, on the config as it is then
+// and the binary path the artifact will most likely have. It counts only if the edit made
+// under the host lock is that very text for that very binary.
+describe('the preflight run ahead of the host lock', () => {
+  const acceptedConfig = () => containerdBaseConfig(C16.binary, { root: '/var/lib/containerd', state: '/run/containerd', socket: '/run/containerd/containerd.sock' });
+
+  test('judges the config the install then writes: no second config dump', async () => {
+    const host = await hostWith(C16, { 'etc/containerd/config.toml': acceptedConfig() });
+    const r = await runBundle(bundle, 'install', [...args(host), `--sha256=${artifactSha256}`, '--restart=none']);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toMatch(/containerd judged this very config while the artifact downloaded/);
+    expect(r.result.timings.preflightAheadMs).toBeGreaterThan(0);
+    expect(r.result.timings.preflightMs).toBeUndefined();
+    expect(fs.readdirSync(path.join(host.root, 'etc/containerd'))).toEqual(['config.toml']);
+  }, 60_000);
+
+  test('a shim file name other than the likely one is judged again under the lock', async () => {
+    const host = await hostWith(C16, { 'etc/containerd/config.toml': acceptedConfig() });
+    const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v1': shimBinary() });
+    const v1 = server.put('shim-v1.tgz', tgz);
+    const r = await runBundle(bundle, 'install', [...args(host), `--location=${v1}`, `--sha256=${sha256(tgz)}`, '--restart=none']);
+    expect(r.code).toBe(0);
+    expect(r.result.paths.binary).toMatch(/containerd-shim-rcmtest-v1$/);
+    expect(r.result.timings.preflightAheadMs).toBeGreaterThan(0);
+    expect(r.result.timings.preflightMs).toBeGreaterThan(0);
+  }, 60_000);
+
+  test('a config changed while the installer waited for the lock is judged again, and refused', async () => {
+    // GIVEN another installer holding the host lock
+    const host = await hostWith(C16, {
+      'etc/containerd/config.toml': acceptedConfig(),
+      'etc/containerd/broken.toml': 'version = 2\noom_score = 1\noom_score = 2\n',
+    });
+    const lockFile = path.join(host.root, hostLockPath('/opt/rcm'));
+    fs.mkdirSync(path.dirname(lockFile), { recursive: true });
+    const holder = spawn('flock', ['--no-fork', lockFile, 'sleep', '120'], { stdio: 'ignore' });
+    started.push(holder);
+    for (let i = 0; i < 50 && spawnSync('flock', ['--nonblock', lockFile, 'true']).status !== 1; i++) await new Promise(r => setTimeout(r, 50));
+    // WHEN an installer has judged the config ahead and waits for the lock
+    const run = runBundle(bundle, 'install', [...args(host), `--sha256=${artifactSha256}`]);
+    const waiting = Date.now();
+    // (the installer waits in a flock child of its own, started once the judging ahead is done)
+    const installerWaits = () => spawnSync('pgrep', ['-f', '--', `--host-root=${host.root} `], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean)
+      .some(pid => spawnSync('pgrep', ['-P', pid, '-x', 'flock']).status === 0);
+    while (!installerWaits() && Date.now() - waiting < 30_000) await new Promise(r => setTimeout(r, 50));
+    expect(installerWaits()).toBe(true);
+    // AND the config changes meanwhile into one containerd refuses
+    const config = path.join(host.root, 'etc/containerd/config.toml');
+    const before = fs.readFileSync(config, 'utf8');
+    expect(before).toMatch(/^imports = \[\]$/m);
+    fs.writeFileSync(config, before.replace(/^imports = \[\]$/m, 'imports = ["/etc/containerd/broken.toml"]'));
+    const changed = fs.readFileSync(config, 'utf8');
+    holder.kill('SIGKILL');
+    // THEN the installer judges the new text under the lock: exit 4, nothing restarted or written
+    const r = await run;
+    expect(r.stderr).toMatch(/containerd refuses the new config: .*oom_score/);
+    expect(r.code).toBe(4);
+    expect(fs.existsSync(path.join(host.root, 'run/restarts'))).toBe(false);
+    expect(fs.readFileSync(config, 'utf8')).toBe(changed);
+    expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims'))).toBe(false);
+  }, 60_000);
+});
