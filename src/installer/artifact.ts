@@ -11,6 +11,8 @@ export interface ShimBinary {
   readonly file: string;
   readonly name: string;
   readonly apiVersion: number;
+  /** Its sha256, when it was hashed as the archive was checked (the bytes extracted to `file`). */
+  readonly sha256?: string;
 }
 
 /** Whether the file starts with these bytes (a format's magic number). */
@@ -41,8 +43,9 @@ export interface ExtractLimits {
  * header, and the check stops at the first entry over a limit: a decompression bomb is
  * refused before it is inflated, and nothing is written until the whole archive passed.
  */
-export async function extractSafely(archive: string, dir: string, limits: ExtractLimits): Promise<void> {
-  const problems = await checkArchive(archive, limits);
+export async function extractSafely(archive: string, dir: string, limits: ExtractLimits,
+  hashed: (entryPath: string) => boolean = () => false): Promise<Map<string, string>> {
+  const { problems, sha256 } = await checkArchive(archive, limits, hashed);
   if (problems.length > 0) {
     const tooBig = problems.some(p => p.startsWith('unpacks to more than'));
     throw fetchFailed(tooBig ? 'ArchiveTooLarge' : 'UnsafeArchive', `the artifact is refused: ${problems.slice(0, 5).join('; ')}`);
@@ -57,6 +60,7 @@ export async function extractSafely(archive: string, dir: string, limits: Extrac
     unpack.on('close', () => resolve());
     gunzip.pipe(unpack);
   });
+  return sha256;
 }
 
 /** Large enough that a shim of some MB passes in a few chunks (zlib's 16 KB chunks cost more than the inflating). */
@@ -73,9 +77,16 @@ function gunzipped(archive: string): { input: fs.ReadStream; gunzip: zlib.Gunzip
   return { input, gunzip };
 }
 
-function checkArchive(archive: string, limits: ExtractLimits): Promise<string[]> {
+/**
+ * The archive's problems, and the sha256 of the regular files `hashed` picks (by their
+ * normalised path, as extraction writes them; the last of two entries of one path wins, as
+ * there). Hashing them here, while the check reads them anyway, saves reading them again.
+ */
+function checkArchive(archive: string, limits: ExtractLimits,
+  hashed: (entryPath: string) => boolean): Promise<{ problems: string[]; sha256: Map<string, string> }> {
   return new Promise(resolve => {
     const problems: string[] = [];
+    const sha256 = new Map<string, string>();
     let files = 0;
     let bytes = 0;
     let done = false;
@@ -86,7 +97,7 @@ function checkArchive(archive: string, limits: ExtractLimits): Promise<string[]>
       if (problem) problems.push(problem);
       input.destroy();
       gunzip.destroy();
-      resolve(problems);
+      resolve({ problems, sha256 });
     };
     const parser = new tar.Parser({
       strict: true,
@@ -98,7 +109,15 @@ function checkArchive(archive: string, limits: ExtractLimits): Promise<string[]>
         bytes += entry.size ?? 0;
         if (files > limits.maxFiles) return finish(`unpacks to more than ${limits.maxFiles} files (--max-files)`);
         if (bytes > limits.maxBytes) return finish(`unpacks to more than ${limits.maxBytes} bytes (--max-extracted-size)`);
-        entry.resume();
+        const normalised = path.posix.normalize(p);
+        if (entry.type !== 'Directory' && hashed(normalised)) {
+          const hash = crypto.createHash('sha256');
+          entry.on('data', (chunk: Buffer) => hash.update(chunk));
+          entry.on('end', () => sha256.set(normalised, hash.digest('hex')));
+        } else {
+          sha256.delete(normalised);
+          entry.resume();
+        }
       },
     });
     parser.on('error', (e: Error) => finish(`not a valid tar.gz: ${e.message}`));
@@ -117,14 +136,16 @@ export async function unpackShim(artifact: string, workDir: string, shimName: st
   if (startsWith(artifact, GZIP)) {
     const dir = path.join(workDir, 'extracted');
     fs.mkdirSync(dir, { recursive: true });
-    await extractSafely(artifact, dir, limits);
+    const isShim = (p: string) => SHIM_BINARY.exec(path.posix.basename(p))?.[1] === shimName;
+    const sha256 = await extractSafely(artifact, dir, limits, isShim);
     const walk = (d: string) => {
       for (const entry of fs.readdirSync(d, { withFileTypes: true })) {
         const full = path.join(d, entry.name);
         if (entry.isDirectory()) {walk(full);} else if (entry.isFile()) {
-          found.push(path.relative(dir, full));
+          const relative = path.relative(dir, full);
+          found.push(relative);
           const m = SHIM_BINARY.exec(entry.name);
-          if (m && m[1] === shimName) candidates.push({ file: full, name: entry.name, apiVersion: Number(m[2]) });
+          if (m && m[1] === shimName) candidates.push({ file: full, name: entry.name, apiVersion: Number(m[2]), sha256: sha256.get(relative.split(path.sep).join('/')) });
         }
       }
     };

@@ -364,7 +364,8 @@ export class Installer {
       ...(payload ? { payloadFiles: treeFiles(payload.dir).length } : {}),
     });
     const payloadPart = payload && digest ? { payload: { dir: payload.dir, digest } } : {};
-    return { url, sha256: fetched.sha256, binarySha256: sha256Of(shim.file), shim, ...payloadPart };
+    // The shim's own hash was taken as the archive was checked, when it came in one (the installed copy is checked against it).
+    return { url, sha256: fetched.sha256, binarySha256: shim.sha256 ?? sha256Of(shim.file), shim, ...payloadPart };
   }
 
   private async install(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string,
