@@ -146,7 +146,7 @@ describe('RuntimeClassManager', () => {
       { name: 'metrics', containerPort: 9090, protocol: 'TCP' },
       { name: 'probes', containerPort: 9091, protocol: 'TCP' },
     ]);
-    expect(container.resources).toEqual({ requests: { cpu: '50m', memory: '64Mi' }, limits: { cpu: '1', memory: '1Gi' } });
+    expect(container.resources).toEqual({ requests: { cpu: '50m', memory: '128Mi' }, limits: { cpu: '1', memory: '1Gi' } });
     expect(deployment.spec.template.spec.affinity).toBeUndefined();
     expect(byKind('RoleBinding')[0].subjects).toEqual([{ kind: 'ServiceAccount', name: 'rcm-controller', namespace: 'rcm' }]);
   });
