@@ -126,7 +126,7 @@ export interface ShimSpec {
   readonly containerdRuntime?: ShimSpecContainerdRuntime;
 
   /**
-   * The RuntimeClass that exposes the shim to pods.
+   * The RuntimeClass that exposes the shim to pods. The controller creates it and keeps it in shape (a handler change replaces it), and adopts one of this name that carries the annotation runtime.spinkube.dev/shim naming this Shim.
    *
    * @schema ShimSpec#runtimeClass
    */
@@ -324,7 +324,7 @@ export function toJson_ShimSpecContainerdRuntime(obj: ShimSpecContainerdRuntime 
 /* eslint-enable max-len, @stylistic/max-len, quote-props, @stylistic/quote-props */
 
 /**
- * The RuntimeClass that exposes the shim to pods.
+ * The RuntimeClass that exposes the shim to pods. The controller creates it and keeps it in shape (a handler change replaces it), and adopts one of this name that carries the annotation runtime.spinkube.dev/shim naming this Shim.
  *
  * @schema ShimSpecRuntimeClass
  */
@@ -342,6 +342,20 @@ export interface ShimSpecRuntimeClass {
    * @schema ShimSpecRuntimeClass#handler
    */
   readonly handler: string;
+
+  /**
+   * Labels of the RuntimeClass, besides the controller's own app.kubernetes.io/managed-by.
+   *
+   * @schema ShimSpecRuntimeClass#labels
+   */
+  readonly labels?: { [key: string]: string };
+
+  /**
+   * Annotations of the RuntimeClass, besides the controller's own runtime.spinkube.dev/ keys.
+   *
+   * @schema ShimSpecRuntimeClass#annotations
+   */
+  readonly annotations?: { [key: string]: string };
 
   /**
    * Resources a pod of this RuntimeClass uses beyond its containers.
@@ -367,6 +381,8 @@ export function toJson_ShimSpecRuntimeClass(obj: ShimSpecRuntimeClass | undefine
   const result = {
     'name': obj.name,
     'handler': obj.handler,
+    'labels': ((obj.labels) === undefined) ? undefined : (Object.entries(obj.labels).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {})),
+    'annotations': ((obj.annotations) === undefined) ? undefined : (Object.entries(obj.annotations).reduce((r, i) => (i[1] === undefined) ? r : ({ ...r, [i[0]]: i[1] }), {})),
     'overhead': toJson_ShimSpecRuntimeClassOverhead(obj.overhead),
     'tolerations': obj.tolerations?.map(y => toJson_ShimSpecRuntimeClassTolerations(y)),
   };

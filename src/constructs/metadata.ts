@@ -2,20 +2,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { ApiObject, Chart, JsonPatch } from 'cdk8s';
 import { ShimToleration, TolerationEffect, TolerationOperator } from './toleration';
-import { isDnsSubdomain } from '../shared/validation';
-
-const NAME_PART = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
-const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
-
-/** Why `key` is not a label or annotation key (`[prefix/]name`), or undefined when it is. */
-export function metadataKeyProblem(key: string): string | undefined {
-  const slash = key.lastIndexOf('/');
-  const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
-  const name = key.slice(slash + 1);
-  if (prefix !== undefined && !isDnsSubdomain(prefix)) return `key "${key}": the prefix "${prefix}" is not a DNS subdomain`;
-  if (name.length > 63 || !NAME_PART.test(name)) return `key "${key}": the name "${name}" must be 1 to 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric`;
-  return undefined;
-}
+import { labelValueProblem, metadataKeyProblem } from '../shared/validation';
 
 /**
  * Checks labels or annotations given to a construct: keys as Kubernetes wants them, label
@@ -25,9 +12,8 @@ export function validateMetadata(field: 'labels' | 'annotations', map: { [key: s
   for (const [key, value] of Object.entries(map ?? {})) {
     const problem = metadataKeyProblem(key);
     if (problem) throw new Error(`${field}: ${problem}`);
-    if (field === 'labels' && (value.length > 63 || !LABEL_VALUE.test(value))) {
-      throw new Error(`labels: the value "${value}" of "${key}" must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric`);
-    }
+    const valueProblem = field === 'labels' ? labelValueProblem(key, value) : undefined;
+    if (valueProblem) throw new Error(`labels: ${valueProblem}`);
   }
 }
 

@@ -192,6 +192,7 @@ export class Controller {
           name: rc.metadata.name,
           handler: rc.handler,
           annotations: rc.metadata.annotations ?? {},
+          labels: rc.metadata.labels ?? {},
           shimOwners: owners.filter((o: any) => o.kind === 'Shim' && o.apiVersion?.startsWith('runtime.spinkube.dev/')).map((o: any) => o.uid),
           foreignOwner: owners.some((o: any) => !(o.kind === 'Shim' && o.apiVersion?.startsWith('runtime.spinkube.dev/'))),
           nodeSelector: rc.scheduling?.nodeSelector,
@@ -323,10 +324,7 @@ export class Controller {
         const rcName = action.object.metadata.name;
         if (action.replace) await unlessNotFound(this.kube.delete(rcPath(rcName)));
         await this.kube.apply(rcPath(rcName), action.object, FIELD_MANAGER);
-        if (action.dropSelectorKeys.length > 0) {
-          const nodeSelector = Object.fromEntries(action.dropSelectorKeys.map(k => [k, null]));
-          await this.kube.mergePatch(rcPath(rcName), { scheduling: { nodeSelector } });
-        }
+        if (action.cleanup) await this.kube.mergePatch(rcPath(rcName), action.cleanup);
         return;
       }
       case 'deleteRuntimeClass':

@@ -15,7 +15,7 @@ import {
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
 import { ShimNodeLabels } from '../shared/node-labels';
-import { isDnsLabel, nodeArch } from '../shared/validation';
+import { isDnsLabel, labelValueProblem, metadataKeyProblem, nodeArch } from '../shared/validation';
 
 export const FINALIZER = 'runtime.spinkube.dev/finalizer';
 /** A new value of this Shim annotation retries every failed node at once. */
@@ -174,6 +174,13 @@ function specProblem(spec: ShimSpec): string | undefined {
     // A newline would reach the node as a second option (the installer reads one per line).
     if (/[\u0000-\u001f\u007f]/.test(value)) return `runtime option "${key}" holds a control character (such as a newline)`;
     if (value.includes('${PAYLOAD}') && !spec.payload) return `runtime option "${key}" refers to \${PAYLOAD}, but the Shim has no payload`;
+  }
+  // The API server would refuse the RuntimeClass on every pass; say why once, on the Shim.
+  for (const field of ['labels', 'annotations'] as const) {
+    for (const [key, value] of Object.entries(spec.runtimeClass?.[field] ?? {})) {
+      const problem = metadataKeyProblem(key) ?? (field === 'labels' ? labelValueProblem(key, value) : undefined);
+      if (problem) return `runtimeClass.${field}: ${problem}`;
+    }
   }
   return undefined;
 }

@@ -1,9 +1,26 @@
 // The RuntimeClass a Shim wants, and what to do about the one that exists. Pure.
 // The controller owns only what it created or what says it may be adopted (I7): a
 // RuntimeClass of the same name made by someone else is reported, never touched.
+//
+// The controller is the RuntimeClass's one writer by default (the constructs no longer
+// synthesize it): a RuntimeClass's handler is immutable, and only the controller can replace
+// it at the moment that keeps pods off nodes without the new handler. Everything the
+// constructs used to put on it (overhead, tolerations, labels, annotations) comes from the
+// Shim's spec.runtimeClass.
+import * as crypto from 'crypto';
 import { RecordKeys } from './node-record';
 import { Action, RuntimeClassObject, RuntimeClassView, ShimObject } from './types';
 import { ShimNodeLabels } from '../shared/node-labels';
+
+/** The label every RuntimeClass of a Shim carries (the constructs set the same on the ones they synthesize). */
+export const RUNTIME_CLASS_MANAGED_BY = { 'app.kubernetes.io/managed-by': 'runtime-class-manager' } as const;
+
+/**
+ * A digest of the labels and annotations the controller last applied. Server-side apply
+ * removes a key that the controller applied before and no longer does, but only when it
+ * applies again: a spec that drops a label changes this digest, and so gets applied.
+ */
+export const METADATA_DIGEST_ANNOTATION = 'runtime.spinkube.dev/metadata-digest';
 
 /** The Shim as the controlling owner: the garbage collector removes what it owns with it. */
 export function ownerReference(shim: ShimObject): object {
@@ -12,10 +29,16 @@ export function ownerReference(shim: ShimObject): object {
 
 export function desiredRuntimeClass(shim: ShimObject, keys: RecordKeys): RuntimeClassObject {
   const rc = shim.spec.runtimeClass;
+  // The controller's own keys last: the spec cannot take them over.
+  const labels: Record<string, string> = { ...rc.labels, ...RUNTIME_CLASS_MANAGED_BY };
+  const annotations: Record<string, string> = { ...rc.annotations, [ShimNodeLabels.ADOPT_ANNOTATION]: shim.metadata.name };
+  annotations[METADATA_DIGEST_ANNOTATION] = crypto.createHash('sha256').update(canonical({ labels, annotations })).digest('hex').slice(0, 16);
   return {
     apiVersion: 'node.k8s.io/v1',
     kind: 'RuntimeClass',
-    metadata: { name: rc.name, ownerReferences: [ownerReference(shim)] },
+    // The owner reference also keeps Argo CD from pruning a RuntimeClass that an app used to
+    // synthesize: Argo CD counts only objects without owner references as its own.
+    metadata: { name: rc.name, labels, annotations, ownerReferences: [ownerReference(shim)] },
     handler: rc.handler,
     // Only nodes whose record says this very handler is installed (I1).
     scheduling: {
@@ -35,6 +58,35 @@ export function canonical(value: unknown): string {
 
 const same = (a: unknown, b: unknown) => canonical(a ?? null) === canonical(b ?? null);
 
+const carries = (live: Record<string, string> | undefined, wanted: Record<string, string> | undefined) =>
+  Object.entries(wanted ?? {}).every(([k, v]) => live?.[k] === v);
+
+/**
+ * A merge patch that removes what the controller's apply cannot: fields that another field
+ * manager set and the spec no longer wants. Apply leaves another manager's fields alone, and
+ * a RuntimeClass applied from an app's manifests (the constructs' output before the controller
+ * wrote it alone) keeps that app's manager on its overhead, tolerations and selector. Without
+ * this the RuntimeClass would never be in shape, and be applied again on every pass.
+ */
+function cleanupOf(current: RuntimeClassView, desired: RuntimeClassObject): Record<string, unknown> | undefined {
+  const patch: { scheduling?: Record<string, unknown>; overhead?: unknown } = {};
+  // A selector asking for more than the handler label would keep pods off ready nodes.
+  const extraKeys = Object.keys(current.nodeSelector ?? {}).filter(k => !(k in desired.scheduling.nodeSelector));
+  if (extraKeys.length > 0) patch.scheduling = { nodeSelector: Object.fromEntries(extraKeys.map(k => [k, null])) };
+  if (current.tolerations !== undefined && desired.scheduling.tolerations === undefined) {
+    patch.scheduling = { ...patch.scheduling, tolerations: null };
+  }
+  const livePodFixed = (current.overhead as { podFixed?: Record<string, unknown> } | undefined)?.podFixed;
+  const wantedPodFixed = (desired.overhead as { podFixed?: Record<string, unknown> } | undefined)?.podFixed;
+  if (current.overhead !== undefined && desired.overhead === undefined) {
+    patch.overhead = null;
+  } else if (livePodFixed && wantedPodFixed) {
+    const extra = Object.keys(livePodFixed).filter(k => !(k in wantedPodFixed));
+    if (extra.length > 0) patch.overhead = { podFixed: Object.fromEntries(extra.map(k => [k, null])) };
+  }
+  return Object.keys(patch).length > 0 ? patch : undefined;
+}
+
 export function planRuntimeClass(shim: ShimObject, keys: RecordKeys, existing: RuntimeClassView[]): { actions: Action[]; conflict?: string } {
   const desired = desiredRuntimeClass(shim, keys);
   const uid = shim.metadata.uid;
@@ -44,7 +96,8 @@ export function planRuntimeClass(shim: ShimObject, keys: RecordKeys, existing: R
     if (rc.name !== desired.metadata.name && rc.shimOwners.includes(uid)) actions.push({ kind: 'deleteRuntimeClass', name: rc.name });
   }
   const current = existing.find(rc => rc.name === desired.metadata.name);
-  if (!current) return { actions: [...actions, { kind: 'applyRuntimeClass', object: desired, replace: false, dropSelectorKeys: [] }] };
+  // None yet (a new Shim, or one whose RuntimeClass was deleted or pruned): created at once.
+  if (!current) return { actions: [...actions, { kind: 'applyRuntimeClass', object: desired, replace: false }] };
 
   const ours = current.shimOwners.includes(uid);
   const adoptable = !ours && current.shimOwners.length === 0 && !current.foreignOwner
@@ -58,11 +111,10 @@ export function planRuntimeClass(shim: ShimObject, keys: RecordKeys, existing: R
   }
   // The handler of a RuntimeClass is immutable: a new handler replaces the object.
   const replace = current.handler !== desired.handler;
-  const inShape = ours && !replace && same(current.nodeSelector, desired.scheduling.nodeSelector)
-    && same(current.tolerations, desired.scheduling.tolerations) && same(current.overhead, desired.overhead);
+  const cleanup = replace ? undefined : cleanupOf(current, desired);
+  const inShape = ours && !replace && !cleanup && same(current.nodeSelector, desired.scheduling.nodeSelector)
+    && same(current.tolerations, desired.scheduling.tolerations) && same(current.overhead, desired.overhead)
+    && carries(current.labels, desired.metadata.labels) && carries(current.annotations, desired.metadata.annotations);
   if (inShape) return { actions };
-  // Apply cannot take away keys another manager added to the node selector, and a selector
-  // that asks for more than the handler label would keep pods off ready nodes.
-  const dropSelectorKeys = replace ? [] : Object.keys(current.nodeSelector ?? {}).filter(k => !(k in desired.scheduling.nodeSelector));
-  return { actions: [...actions, { kind: 'applyRuntimeClass', object: desired, replace, dropSelectorKeys }] };
+  return { actions: [...actions, { kind: 'applyRuntimeClass', object: desired, replace, ...(cleanup ? { cleanup } : {}) }] };
 }

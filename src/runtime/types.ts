@@ -106,6 +106,7 @@ export interface RuntimeClassView {
   readonly name: string;
   readonly handler: string;
   readonly annotations: Record<string, string>;
+  readonly labels?: Record<string, string>;
   /** The uids of the Shims among its owners. */
   readonly shimOwners: string[];
   /** Any owner that is not a Shim (another operator's object). */
@@ -118,7 +119,7 @@ export interface RuntimeClassView {
 export interface RuntimeClassObject {
   apiVersion: 'node.k8s.io/v1';
   kind: 'RuntimeClass';
-  metadata: { name: string; ownerReferences: object[] };
+  metadata: { name: string; labels: Record<string, string>; annotations: Record<string, string>; ownerReferences: object[] };
   handler: string;
   scheduling: { nodeSelector: Record<string, string>; tolerations?: unknown[] };
   overhead?: unknown;
@@ -178,8 +179,11 @@ export type Action =
   | { kind: 'deleteSucceededJobs'; batches: string[] }
   /** A merge patch of the node's labels and annotations (null removes). */
   | { kind: 'writeNode'; node: string; labels: Record<string, string | null>; annotations: Record<string, string | null> }
-  /** Server-side apply; `replace` deletes first (the handler is immutable); `dropSelectorKeys` are other managers' keys. */
-  | { kind: 'applyRuntimeClass'; object: RuntimeClassObject; replace: boolean; dropSelectorKeys: string[] }
+  /**
+   * Server-side apply; `replace` deletes first (the handler is immutable); `cleanup` is a merge
+   * patch sent after the apply, removing fields other managers hold that the spec no longer wants.
+   */
+  | { kind: 'applyRuntimeClass'; object: RuntimeClassObject; replace: boolean; cleanup?: Record<string, unknown> }
   | { kind: 'deleteRuntimeClass'; name: string }
   /** `count`: how many nodes the event stands for (one Event per kind of result and pass). */
   | { kind: 'event'; type: 'Normal' | 'Warning'; reason: string; message: string; count?: number };

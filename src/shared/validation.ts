@@ -103,3 +103,24 @@ export function isRuntimeType(value: string): boolean {
 export function isSnapshotterName(value: string): boolean {
   return SNAPSHOTTER.test(value);
 }
+
+const NAME_PART = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+
+/** Why `key` is not a label or annotation key (`[prefix/]name`), or undefined when it is. */
+export function metadataKeyProblem(key: string): string | undefined {
+  const slash = key.lastIndexOf('/');
+  const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
+  const name = key.slice(slash + 1);
+  if (prefix !== undefined && !isDnsSubdomain(prefix)) return `key "${key}": the prefix "${prefix}" is not a DNS subdomain`;
+  if (name.length > 63 || !NAME_PART.test(name)) return `key "${key}": the name "${name}" must be 1 to 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric`;
+  return undefined;
+}
+
+/** Why `value` cannot be the value of label `key`, or undefined when it can. */
+export function labelValueProblem(key: string, value: string): string | undefined {
+  if (value.length > 63 || !LABEL_VALUE.test(value)) {
+    return `the value "${value}" of "${key}" must be at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric`;
+  }
+  return undefined;
+}

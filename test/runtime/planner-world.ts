@@ -44,7 +44,8 @@ export class World {
       runtimeClasses: this.runtimeClass ? [{
         name: this.runtimeClass.metadata.name,
         handler: this.runtimeClass.handler,
-        annotations: {},
+        annotations: this.runtimeClass.metadata.annotations,
+        labels: this.runtimeClass.metadata.labels,
         shimOwners: (this.runtimeClass.metadata.ownerReferences as any[]).map(o => o.uid),
         foreignOwner: false,
         nodeSelector: this.runtimeClass.scheduling.nodeSelector,

@@ -1,7 +1,8 @@
 import { POLICY, World } from './planner-world';
 import { readRecord, recordKeys } from '../../src/runtime/node-record';
 import { backoffSeconds, FINALIZER, jobName, maxInFlight, plan, PlanInput, RETRY_ANNOTATION, revisionOf } from '../../src/runtime/planner';
-import { Action, Condition, JobView, NodeView, ShimObject, ShimSpec } from '../../src/runtime/types';
+import { desiredRuntimeClass, METADATA_DIGEST_ANNOTATION } from '../../src/runtime/runtime-class';
+import { Action, Condition, JobView, NodeView, RuntimeClassView, ShimObject, ShimSpec } from '../../src/runtime/types';
 import { ShimNodeLabels } from '../../src/shared/node-labels';
 
 // Table tests of the pure planner: observed state in, actions and status out. Scenario tests
@@ -485,15 +486,120 @@ describe('I7: the controller owns only what it created or may adopt', () => {
 
   test('the RuntimeClass the constructs synthesized (marked) is adopted; foreign selector keys are dropped', () => {
     const { actions } = run({ shim: shim(), runtimeClasses: [view({ annotations: { [ShimNodeLabels.ADOPT_ANNOTATION]: 'spin' }, nodeSelector: { [KEYS.handler]: 'spin', extra: 'x' } })] });
-    expect(kinds(actions, 'applyRuntimeClass')[0]).toMatchObject({ replace: false, dropSelectorKeys: ['extra'], object: { metadata: { ownerReferences: [{ uid: 'u1', kind: 'Shim' }] } } });
+    expect(kinds(actions, 'applyRuntimeClass')[0]).toMatchObject({
+      replace: false, cleanup: { scheduling: { nodeSelector: { extra: null } } }, object: { metadata: { ownerReferences: [{ uid: 'u1', kind: 'Shim' }] } },
+    });
   });
 
   test('an owned RuntimeClass in shape is left alone; a renamed one is deleted', () => {
     const s = shim();
-    const inShape = view({ shimOwners: ['u1'], nodeSelector: { [KEYS.handler]: 'spin' } });
+    const inShape = liveView(s);
     expect(run({ shim: s, runtimeClasses: [inShape] }).actions.map(a => a.kind)).toEqual([]);
     const old = view({ name: 'old-name', shimOwners: ['u1'] });
     expect(kinds(run({ shim: s, runtimeClasses: [inShape, old] }).actions, 'deleteRuntimeClass')).toEqual([{ kind: 'deleteRuntimeClass', name: 'old-name' }]);
+  });
+});
+
+/** The RuntimeClass as the API server shows it after the controller applied what `s` wants, with `more` changed. */
+function liveView(s: ShimObject, more: Partial<RuntimeClassView> = {}): RuntimeClassView {
+  const rc = desiredRuntimeClass(s, KEYS);
+  return {
+    name: rc.metadata.name,
+    handler: rc.handler,
+    labels: rc.metadata.labels,
+    annotations: rc.metadata.annotations,
+    shimOwners: [s.metadata.uid],
+    foreignOwner: false,
+    nodeSelector: rc.scheduling.nodeSelector,
+    tolerations: rc.scheduling.tolerations,
+    overhead: rc.overhead,
+    ...more,
+  };
+}
+
+describe('the controller writes the RuntimeClass from spec.runtimeClass', () => {
+  const TOLERATIONS = [{ key: 'wasm', operator: 'Exists' }];
+  const full = shim({
+    runtimeClass: {
+      name: 'spin',
+      handler: 'spin',
+      labels: { team: 'wasm' },
+      annotations: { 'example.com/owner': 'platform' },
+      overhead: { podFixed: { memory: '64Mi' } },
+      tolerations: TOLERATIONS as any,
+    },
+  });
+
+  test('none yet (a new Shim, or one deleted or pruned since): created at once with everything the spec gives', () => {
+    // GIVEN a Shim whose RuntimeClass does not exist
+    // WHEN the planner runs
+    const { actions } = run({ shim: full });
+    // THEN it applies the whole RuntimeClass
+    const apply = kinds(actions, 'applyRuntimeClass');
+    expect(apply).toHaveLength(1);
+    expect(apply[0]).toMatchObject({ replace: false });
+    expect(apply[0].cleanup).toBeUndefined();
+    expect(apply[0].object).toMatchObject({
+      metadata: {
+        name: 'spin',
+        labels: { 'team': 'wasm', 'app.kubernetes.io/managed-by': 'runtime-class-manager' },
+        annotations: { 'example.com/owner': 'platform', [ShimNodeLabels.ADOPT_ANNOTATION]: 'spin', [METADATA_DIGEST_ANNOTATION]: expect.stringMatching(/^[0-9a-f]{16}$/) },
+        ownerReferences: [{ kind: 'Shim', uid: 'u1', controller: true }],
+      },
+      handler: 'spin',
+      scheduling: { nodeSelector: { [KEYS.handler]: 'spin' }, tolerations: TOLERATIONS },
+      overhead: { podFixed: { memory: '64Mi' } },
+    });
+  });
+
+  test('the spec cannot take over the controller\'s own keys', () => {
+    const s = shim({ runtimeClass: { name: 'spin', handler: 'spin', labels: { 'app.kubernetes.io/managed-by': 'me' }, annotations: { [ShimNodeLabels.ADOPT_ANNOTATION]: 'other' } } });
+    const rc = desiredRuntimeClass(s, KEYS);
+    expect(rc.metadata.labels['app.kubernetes.io/managed-by']).toBe('runtime-class-manager');
+    expect(rc.metadata.annotations[ShimNodeLabels.ADOPT_ANNOTATION]).toBe('spin');
+  });
+
+  const spec = full.spec.runtimeClass;
+  test.each<[string, ShimObject, Partial<RuntimeClassView>, Record<string, unknown> | undefined]>([
+    ['a label added to the spec', shim({ runtimeClass: { ...spec, labels: { ...spec.labels, tier: 'gold' } } }), {}, undefined],
+    // the live object still has the label (apply removes it once sent again without it)
+    ['a label removed from the spec', shim({ runtimeClass: { ...spec, labels: {} } }), {}, undefined],
+    ['an annotation changed by someone else', full, { annotations: { ...liveView(full).annotations, 'example.com/owner': 'someone' } }, undefined],
+    ['tolerations changed in the spec', shim({ runtimeClass: { ...spec, tolerations: [{ key: 'gpu', operator: 'Exists' }] } }), {}, undefined],
+    // an app's manager (the constructs' output before) still holds fields the spec dropped: apply cannot remove them
+    ['tolerations another manager holds, which the spec no longer has', shim({ runtimeClass: { ...spec, tolerations: undefined } }), {}, { scheduling: { tolerations: null } }],
+    ['an overhead another manager holds, which the spec no longer has', shim({ runtimeClass: { ...spec, overhead: undefined } }), {}, { overhead: null }],
+    ['an overhead resource another manager holds', full, { overhead: { podFixed: { memory: '64Mi', cpu: '250m' } } }, { overhead: { podFixed: { cpu: null } } }],
+    ['a selector key another manager added', full, { nodeSelector: { [KEYS.handler]: 'spin', extra: 'x' } }, { scheduling: { nodeSelector: { extra: null } } }],
+  ])('%s: applied again (cleanup %j)', (_what, wanted, live, cleanup) => {
+    // GIVEN the RuntimeClass as the controller last applied it for the full spec, changed as described
+    const current = liveView(full, live);
+    // WHEN the planner runs for the wanted spec
+    const apply = kinds(run({ shim: wanted, runtimeClasses: [current] }).actions, 'applyRuntimeClass');
+    // THEN one apply of what the spec wants, in place, with the cleanup that apply cannot do
+    expect(apply).toHaveLength(1);
+    expect(apply[0].replace).toBe(false);
+    expect(apply[0].object).toEqual(desiredRuntimeClass(wanted, KEYS));
+    expect(apply[0].cleanup).toEqual(cleanup);
+  });
+
+  test('a label someone else added stays (only the keys the spec gives are the controller\'s)', () => {
+    const current = liveView(full, { labels: { ...liveView(full).labels, 'argocd.argoproj.io/instance': 'apps' } });
+    expect(kinds(run({ shim: full, runtimeClasses: [current] }).actions, 'applyRuntimeClass')).toEqual([]);
+  });
+
+  test('a RuntimeClass from an older controller (no digest) is applied once, then left alone', () => {
+    const { [METADATA_DIGEST_ANNOTATION]: _, ...older } = liveView(full).annotations;
+    expect(kinds(run({ shim: full, runtimeClasses: [liveView(full, { annotations: older })] }).actions, 'applyRuntimeClass')).toHaveLength(1);
+    expect(kinds(run({ shim: full, runtimeClasses: [liveView(full)] }).actions, 'applyRuntimeClass')).toEqual([]);
+  });
+
+  test('a new handler replaces the RuntimeClass (the handler is immutable), with nothing to clean up', () => {
+    const next = shim({ runtimeClass: { ...spec, handler: 'spin2', overhead: undefined } });
+    const apply = kinds(run({ shim: next, runtimeClasses: [liveView(full)] }).actions, 'applyRuntimeClass');
+    expect(apply).toHaveLength(1);
+    expect(apply[0]).toMatchObject({ replace: true, object: { handler: 'spin2', scheduling: { nodeSelector: { [KEYS.handler]: 'spin2' } } } });
+    expect(apply[0].cleanup).toBeUndefined();
   });
 });
 
@@ -581,6 +687,12 @@ describe('per-platform artifacts and validity', () => {
     ['an option value with a newline', shim({ containerdRuntimeOptions: { BinaryName: '/a\nSystemdCgroup=true' } }), [], /runtime option "BinaryName" holds a control character/],
     ['an option key the installer refuses', shim({ containerdRuntimeOptions: { 'a.b': 'x' } }), [], /runtime option key "a.b" may only hold letters, digits and '_'/],
     ['${PAYLOAD} without a payload', shim({ containerdRuntimeOptions: { BinaryName: '${PAYLOAD}/runsc' } }), [], /refers to \$\{PAYLOAD\}, but the Shim has no payload/],
+    ['a RuntimeClass label key the API server refuses', shim({ runtimeClass: { name: 'spin', handler: 'spin', labels: { 'team name': 'x' } } }), [],
+      /^runtimeClass.labels: key "team name": the name "team name" must be/],
+    ['a RuntimeClass label value the API server refuses', shim({ runtimeClass: { name: 'spin', handler: 'spin', labels: { team: 'a b' } } }), [],
+      /^runtimeClass.labels: the value "a b" of "team"/],
+    ['a RuntimeClass annotation key the API server refuses', shim({ runtimeClass: { name: 'spin', handler: 'spin', annotations: { 'Example.com/x': 'y' } } }), [],
+      /^runtimeClass.annotations: key "Example.com\/x": the prefix "Example.com" is not a DNS subdomain/],
   ])('%s: a condition and an event, nothing done', (_what, s, otherShims, message) => {
     const { actions, status } = run({ shim: s, nodes: [node('x')], otherShims });
     expect(kinds(actions, 'createJob')).toEqual([]);
