@@ -151,18 +151,29 @@ export interface ShimConstructProps {
    */
   readonly tolerations?: ShimToleration[];
   /**
-   * Synthesize the RuntimeClass too. The controller keeps it in shape either way and
-   * adopts one synthesized here without fighting over its fields.
-   * @default true
+   * Synthesize the RuntimeClass too, rather than leave it to the controller.
+   *
+   * The controller creates the RuntimeClass from the Shim's `spec.runtimeClass` either way
+   * (with the overhead, tolerations, labels and annotations given here) and replaces it when
+   * the handler changes, at the moment no pod can be sent to a node without the new handler.
+   * A synthesized copy gets in the way of that: a RuntimeClass's handler is immutable, so the
+   * apply that carries a new handler is refused on the RuntimeClass (the Shim in the same
+   * apply does change). Then wait until the controller has replaced the RuntimeClass
+   * (`kubectl get runtimeclass <name> -o jsonpath='{.handler}'` shows the new handler) and
+   * apply again. Set it only where a tool must see the RuntimeClass in the manifests.
+   * @default false
    */
   readonly createRuntimeClass?: boolean;
   /**
-   * Labels of the Shim and its RuntimeClass.
+   * Labels of the Shim and its RuntimeClass (the RuntimeClass gets them through
+   * `spec.runtimeClass.labels`).
    * @default - none
    */
   readonly labels?: { [key: string]: string };
   /**
-   * Annotations of the Shim and its RuntimeClass.
+   * Annotations of the Shim and its RuntimeClass (the RuntimeClass gets them through
+   * `spec.runtimeClass.annotations`, less the `argocd.argoproj.io/` and `runtime.spinkube.dev/`
+   * keys, which mean nothing on an object the controller writes).
    * @default - none beyond Argo CD's sync wave and options
    */
   readonly annotations?: { [key: string]: string };
@@ -175,8 +186,9 @@ export interface ShimConstructProps {
 
 
 /**
- * One Shim custom resource and, by default, its RuntimeClass. The RuntimeClass schedules
- * pods only onto nodes where the controller has recorded the handler as installed.
+ * One Shim custom resource. The controller creates its RuntimeClass, which schedules pods
+ * only onto nodes where the controller has recorded the handler as installed
+ * (`createRuntimeClass` synthesizes it here too).
  */
 export class ShimConstruct extends Construct {
   /** The Shim object's name. */
@@ -189,7 +201,7 @@ export class ShimConstruct extends Construct {
   public readonly resource: ApiObject;
   /**
    * The RuntimeClass object.
-   * @default - undefined when `createRuntimeClass` is false
+   * @default - undefined unless `createRuntimeClass` is true (the controller creates it)
    */
   public readonly runtimeClass?: ApiObject;
 
@@ -230,6 +242,8 @@ export class ShimConstruct extends Construct {
       runtimeClass: {
         name: this.runtimeClassName,
         handler: this.handler,
+        labels: props.labels && Object.keys(props.labels).length > 0 ? { ...props.labels } : undefined,
+        annotations: runtimeClassAnnotations(props.annotations),
         overhead: props.overhead ? { podFixed: mapValues(props.overhead, ShimSpecRuntimeClassOverheadPodFixed.fromString) } : undefined,
         // Operators and effects were checked against the same enums above.
         tolerations: props.tolerations?.map(t => ({ ...t })) as any,
@@ -252,7 +266,9 @@ export class ShimConstruct extends Construct {
     });
     clusterScoped(this.resource);
 
-    if (props.createRuntimeClass ?? true) {
+    // By default the controller alone writes the RuntimeClass: it can replace it on a handler
+    // change, which an apply of a synthesized one cannot (its handler is immutable).
+    if (props.createRuntimeClass ?? false) {
       this.runtimeClass = new ApiObject(this, 'RuntimeClass', {
         apiVersion: 'node.k8s.io/v1',
         kind: 'RuntimeClass',
@@ -334,6 +350,16 @@ export class ShimConstruct extends Construct {
     }
     return errors;
   }
+}
+
+/**
+ * The Shim's annotations that its RuntimeClass carries too. Argo CD's keys steer how Argo CD
+ * syncs the objects of the manifests, which the controller's RuntimeClass is not one of, and
+ * the runtime.spinkube.dev/ keys are the controller's own (the retry token, the adoption mark).
+ */
+function runtimeClassAnnotations(annotations: { [key: string]: string } | undefined): { [key: string]: string } | undefined {
+  const kept = Object.entries(annotations ?? {}).filter(([key]) => !key.startsWith('argocd.argoproj.io/') && !key.startsWith('runtime.spinkube.dev/'));
+  return kept.length > 0 ? Object.fromEntries(kept) : undefined;
 }
 
 function allShims(scope: IConstruct): ShimConstruct[] {

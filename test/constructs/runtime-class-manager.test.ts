@@ -254,7 +254,7 @@ describe('RuntimeClassManager', () => {
     // WHEN waves are overridden and a Shim is added
     const chart = Testing.chart();
     const manager = new RuntimeClassManager(chart, 'Manager', { syncWaves: { namespace: -9, definition: -8, controller: -7, shims: 3 } });
-    manager.addShim('spin', { handler: 'spin', location: 'https://example.com/s.tgz' });
+    manager.addShim('spin', { handler: 'spin', location: 'https://example.com/s.tgz', createRuntimeClass: true });
     manager.addShim('own', { handler: 'own', location: 'https://example.com/s.tgz', syncWave: 5 });
     const waves = Testing.synth(chart).map(o => `${o.kind}/${o.metadata.name}:${waveOf(o)}`);
     // THEN

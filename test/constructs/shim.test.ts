@@ -12,25 +12,40 @@ function synthShim(props: ShimConstructProps, id = 'spin') {
 }
 
 describe('ShimConstruct', () => {
-  test('defaults: one Shim and its RuntimeClass scheduled on the handler label, marked for adoption', () => {
+  test('defaults: one Shim; its RuntimeClass is left to the controller, which writes it from spec.runtimeClass', () => {
     // GIVEN a shim with only a handler and an artifact
     // WHEN it is synthesized
-    const { objects, spec, runtimeClass } = synthShim(BASE);
+    const { objects, spec, shim } = synthShim(BASE);
 
     // THEN
     expect(objects).toMatchSnapshot();
-    expect(objects.map(o => o.kind)).toEqual(['Shim', 'RuntimeClass']);
+    expect(objects.map(o => o.kind)).toEqual(['Shim']);
+    expect(shim.runtimeClass).toBeUndefined();
+    expect(shim.runtimeClassName).toBe('spin');
     expect(spec.runtimeClass).toEqual({ name: 'spin', handler: 'spin' });
     expect(spec.rolloutStrategy).toEqual({ type: 'recreate' });
     expect(spec.fetchStrategy).toEqual({ type: 'anonymousHttp', anonHttp: { location: BASE.location, sha256: SHA } });
-    expect(runtimeClass.handler).toBe('spin');
-    expect(runtimeClass.scheduling.nodeSelector).toEqual({ [ShimNodeLabels.handlerKey('spin')]: 'spin' });
-    expect(runtimeClass.metadata.annotations[ShimNodeLabels.ADOPT_ANNOTATION]).toBe('spin');
   });
 
-  test('everything set', () => {
+  test('createRuntimeClass: the RuntimeClass is synthesized too, scheduled on the handler label and marked for adoption', () => {
+    // GIVEN a shim that asks for its RuntimeClass in the manifests
+    // WHEN it is synthesized
+    const { objects, shim, runtimeClass } = synthShim({ ...BASE, createRuntimeClass: true, overhead: { memory: '64Mi' }, tolerations: [{ key: 'wasm', operator: TolerationOperator.EXISTS }] });
+
+    // THEN the RuntimeClass is as the controller writes it, so that the two agree field by field
+    expect(objects).toMatchSnapshot();
+    expect(objects.map(o => o.kind)).toEqual(['Shim', 'RuntimeClass']);
+    expect(shim.runtimeClass).toBeDefined();
+    expect(runtimeClass.handler).toBe('spin');
+    expect(runtimeClass.scheduling).toEqual({ nodeSelector: { [ShimNodeLabels.handlerKey('spin')]: 'spin' }, tolerations: [{ key: 'wasm', operator: 'Exists' }] });
+    expect(runtimeClass.overhead).toEqual({ podFixed: { memory: '64Mi' } });
+    expect(runtimeClass.metadata.annotations[ShimNodeLabels.ADOPT_ANNOTATION]).toBe('spin');
+    expect(runtimeClass.metadata.labels).toEqual({ 'app.kubernetes.io/managed-by': 'runtime-class-manager' });
+  });
+
+  test('everything set: what the RuntimeClass needs goes to spec.runtimeClass', () => {
     // GIVEN every prop
-    const { objects, spec, runtimeClass } = synthShim({
+    const { objects, spec } = synthShim({
       name: 'spin-v2',
       handler: 'spin',
       runtimeClassName: 'wasmtime-spin-v2',
@@ -44,6 +59,8 @@ describe('ShimConstruct', () => {
       restart: ContainerdRestart.command('/usr/local/bin/restart-containerd'),
       overhead: { memory: '64Mi' },
       tolerations: [{ key: 'wasm', operator: TolerationOperator.EXISTS, effect: TolerationEffect.NO_SCHEDULE }],
+      labels: { team: 'wasm' },
+      annotations: { 'example.com/owner': 'platform' },
     }, 'Spin');
 
     // THEN
@@ -52,9 +69,15 @@ describe('ShimConstruct', () => {
     expect(spec.rolloutStrategy).toEqual({ type: 'rolling', rolling: { maxUpdate: '10%' } });
     expect(spec.restart).toEqual({ mode: 'command', command: '/usr/local/bin/restart-containerd' });
     expect(spec.containerdRuntimeOptions).toEqual({ SystemdCgroup: 'true' });
-    expect(runtimeClass.metadata.name).toBe('wasmtime-spin-v2');
-    expect(runtimeClass.overhead).toEqual({ podFixed: { memory: '64Mi' } });
-    expect(runtimeClass.scheduling.tolerations).toEqual([{ key: 'wasm', operator: 'Exists', effect: 'NoSchedule' }]);
+    expect(spec.runtimeClass).toEqual({
+      name: 'wasmtime-spin-v2',
+      handler: 'spin',
+      labels: { team: 'wasm' },
+      annotations: { 'example.com/owner': 'platform' },
+      overhead: { podFixed: { memory: '64Mi' } },
+      tolerations: [{ key: 'wasm', operator: 'Exists', effect: 'NoSchedule' }],
+    });
+    expect(objects.map(o => o.kind)).toEqual(['Shim']);
   });
 
   test('Argo CD: Shims come after the CRD and skip dry-run while the CRD is missing', () => {
@@ -73,7 +96,7 @@ describe('ShimConstruct', () => {
       .toEqual({ type: 'rolling', rolling: { maxUpdate: 1 } });
   });
 
-  test('createRuntimeClass: false leaves the RuntimeClass to the controller', () => {
+  test('createRuntimeClass: false is the default', () => {
     const { objects, shim } = synthShim({ ...BASE, createRuntimeClass: false });
     expect(objects.map(o => o.kind)).toEqual(['Shim']);
     expect(shim.runtimeClass).toBeUndefined();
@@ -90,20 +113,33 @@ describe('ShimConstruct', () => {
     expect(spec.fetchStrategy.platforms).toEqual([{ os: 'linux', arch: 'amd64', location: 'https://example.com/a.tgz' }]);
   });
 
-  test('labels and annotations go on the Shim and its RuntimeClass; Argo CD keys stay', () => {
-    // GIVEN labels, annotations and a sync wave
-    const { objects } = synthShim({ ...BASE, labels: { team: 'platform' }, annotations: { 'example.com/owner': 'wasm', 'argocd.argoproj.io/sync-wave': '7' }, syncWave: -5 });
-    // THEN both objects carry them, and the sync wave is the prop's
-    for (const o of objects) {
-      expect(o.metadata.labels).toMatchObject({ team: 'platform' });
-      expect(o.metadata.annotations).toMatchObject({ 'example.com/owner': 'wasm', 'argocd.argoproj.io/sync-wave': '-5' });
-    }
+  test('labels and annotations go on the Shim and its RuntimeClass; Argo CD keys stay off the controller\'s RuntimeClass', () => {
+    // GIVEN labels, annotations (Argo CD's and the controller's keys among them) and a sync wave
+    const props = {
+      ...BASE,
+      labels: { team: 'platform' },
+      annotations: { 'example.com/owner': 'wasm', 'argocd.argoproj.io/sync-wave': '7', 'argocd.argoproj.io/compare-options': 'IgnoreExtraneous', 'runtime.spinkube.dev/retry': '1' },
+      syncWave: -5,
+    };
+    // WHEN the controller writes the RuntimeClass
+    const { objects, spec } = synthShim(props);
+    // THEN the Shim carries them all, with the prop's sync wave
+    expect(objects[0].metadata.labels).toEqual({ team: 'platform' });
+    expect(objects[0].metadata.annotations).toMatchObject({ 'example.com/owner': 'wasm', 'argocd.argoproj.io/sync-wave': '-5', 'runtime.spinkube.dev/retry': '1' });
+    // AND its RuntimeClass gets the labels and the annotations that mean something there
+    expect(spec.runtimeClass.labels).toEqual({ team: 'platform' });
+    expect(spec.runtimeClass.annotations).toEqual({ 'example.com/owner': 'wasm' });
+
+    // WHEN the RuntimeClass is synthesized too THEN it carries them as the Shim does
+    const synthesized = synthShim({ ...props, createRuntimeClass: true }).runtimeClass;
+    expect(synthesized.metadata.labels).toMatchObject({ team: 'platform' });
+    expect(synthesized.metadata.annotations).toMatchObject({ 'example.com/owner': 'wasm', 'argocd.argoproj.io/sync-wave': '-5' });
   });
 
   test('in a Chart with a namespace, the cluster-scoped Shim and RuntimeClass carry none', () => {
     const app = Testing.app();
     const chart = new Chart(app, 'c', { namespace: 'apps' });
-    new ShimConstruct(chart, 'spin', BASE);
+    new ShimConstruct(chart, 'spin', { ...BASE, createRuntimeClass: true });
     const objects = Testing.synth(chart);
     expect(objects.map(o => o.metadata.namespace)).toEqual([undefined, undefined]);
   });
@@ -117,7 +153,7 @@ describe('ShimConstruct', () => {
   test('a gVisor-like payload from an image pinned by digest, with handler fields and an overhead preset', () => {
     // GIVEN a runtime of several files, shipped in an image, driven by the runc shim
     const reference = 'registry.example/gvisor-payload@sha256:' + 'c'.repeat(64);
-    const { spec, runtimeClass } = synthShim({
+    const { spec } = synthShim({
       handler: 'gvisor',
       image: { reference, path: '/payload/gvisor.tgz', sha256: SHA, imagePullSecrets: ['regcred'] },
       payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
@@ -130,7 +166,7 @@ describe('ShimConstruct', () => {
     expect(spec.payload).toEqual({ shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' });
     expect(spec.containerdRuntime).toEqual({ podAnnotations: ['dev.gvisor.*'], privilegedWithoutHostDevices: true });
     expect(spec.containerdRuntimeOptions).toEqual({ BinaryName: '${PAYLOAD}/bin/runsc-wrapper' });
-    expect(runtimeClass.overhead).toEqual({ podFixed: { memory: '160Mi', cpu: '250m' } });
+    expect(spec.runtimeClass.overhead).toEqual({ podFixed: { memory: '160Mi', cpu: '250m' } });
   });
 
   describe('rejects bad props with a message naming the field', () => {
@@ -238,7 +274,7 @@ describe('ShimConstruct', () => {
 
     test('a RuntimeClass name shared with a Shim that leaves its RuntimeClass to the controller', () => {
       // GIVEN one Shim whose RuntimeClass the controller makes, and another that synthesizes one of the same name
-      const app = twoShims({ ...BASE, runtimeClassName: 'wasm', createRuntimeClass: false }, { ...BASE, handler: 'other', runtimeClassName: 'wasm' });
+      const app = twoShims({ ...BASE, runtimeClassName: 'wasm' }, { ...BASE, handler: 'other', runtimeClassName: 'wasm', createRuntimeClass: true });
       // THEN synth fails (the controller would report a RuntimeClassConflict on the cluster)
       expect(() => app.synth()).toThrow(/runtimeClassName "wasm" is also used by Shim "(one|two)"/);
     });
