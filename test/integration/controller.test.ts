@@ -279,9 +279,10 @@ const SPEC = {
 };
 
 test('a rolling install, batch by batch, ends Ready with recorded nodes, an adopted RuntimeClass and no Jobs left', async () => {
-  // GIVEN the RuntimeClass already applied by GitOps, as ShimConstruct synthesizes it
+  // GIVEN the RuntimeClass already applied by GitOps, as ShimConstruct synthesizes it on request
+  // (and did by default before the controller wrote it alone: the upgrade path)
   const chart = Testing.chart();
-  new ShimConstruct(chart, 'spin', { handler: 'spin', runtimeClassName: 'wasmtime-spin', location: 'https://example.com/spin-v1.tgz' });
+  new ShimConstruct(chart, 'spin', { handler: 'spin', runtimeClassName: 'wasmtime-spin', location: 'https://example.com/spin-v1.tgz', createRuntimeClass: true });
   const synthesizedRc = Testing.synth(chart).find(o => o.kind === 'RuntimeClass');
   cp.kubectl(['apply', '--server-side', '--field-manager=argocd', '-f', '-'], { input: Yaml.stringify(synthesizedRc) });
   // AND installer pods that do not finish yet
@@ -352,6 +353,47 @@ test('a drifted RuntimeClass is put back in shape', async () => {
   }, 30_000, diagnostics);
 });
 
+test('the RuntimeClass follows spec.runtimeClass: metadata, overhead and tolerations; fields the app\'s manager held go with the spec; a pruned one comes back', async () => {
+  const rcPath = '/apis/node.k8s.io/v1/runtimeclasses/wasmtime-spin';
+  const toleration = { key: 'wasm', operator: 'Exists', effect: 'NoSchedule' };
+  // WHEN the spec gives labels, annotations, an overhead and tolerations
+  await admin.patch(`${shimsPath}/spin`, {
+    spec: { runtimeClass: { labels: { team: 'wasm' }, annotations: { 'example.com/owner': 'platform' }, overhead: { podFixed: { memory: '64Mi' } }, tolerations: [toleration] } },
+  });
+  // THEN the RuntimeClass carries them, beside what the GitOps apply had put there
+  const rc = await eventually(async () => {
+    const r = await admin.get(rcPath);
+    return r.metadata.labels?.team === 'wasm' && r.overhead && r.scheduling.tolerations ? r : undefined;
+  }, 30_000, diagnostics);
+  expect(rc.metadata.labels).toMatchObject({ 'team': 'wasm', 'app.kubernetes.io/managed-by': 'runtime-class-manager' });
+  expect(rc.metadata.annotations).toMatchObject({ 'example.com/owner': 'platform', [ShimNodeLabels.ADOPT_ANNOTATION]: 'spin' });
+  expect(rc.overhead).toEqual({ podFixed: { memory: '64Mi' } });
+  expect(rc.scheduling).toEqual({ nodeSelector: { [KEY('spin')]: 'spin' }, tolerations: [toleration] });
+
+  // GIVEN the app's manager holds the overhead and tolerations too (as when the app synthesized them, before the upgrade)
+  cp.kubectl(['apply', '--server-side', '--field-manager=argocd', '-f', '-'], {
+    input: Yaml.stringify({ apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass', metadata: { name: 'wasmtime-spin' }, handler: 'spin', overhead: rc.overhead, scheduling: rc.scheduling }),
+  });
+  // WHEN the spec drops them and the label
+  await admin.patch(`${shimsPath}/spin`, { spec: { runtimeClass: { labels: null, overhead: null, tolerations: null } } });
+  // THEN the RuntimeClass loses them, though another manager held them
+  const after = await eventually(async () => {
+    const r = await admin.get(rcPath);
+    return r.metadata.labels?.team === undefined && r.overhead === undefined && r.scheduling.tolerations === undefined ? r : undefined;
+  }, 30_000, diagnostics);
+  expect(after.metadata.annotations['example.com/owner']).toBe('platform');
+  expect(after.scheduling.nodeSelector).toEqual({ [KEY('spin')]: 'spin' });
+
+  // WHEN it is deleted, as a prune by a tool that does not respect owner references would
+  await admin.request('DELETE', rcPath);
+  // THEN the controller creates it again at once, owned by the Shim
+  const back = await eventually(async () => admin.get(rcPath).catch(() => undefined), 15_000, diagnostics);
+  expect(back.handler).toBe('spin');
+  expect(back.metadata.ownerReferences[0]).toMatchObject({ kind: 'Shim', name: 'spin' });
+  expect(back.metadata.managedFields.map((f: any) => f.manager)).toEqual(['rcm-controller']);
+  expect(back.scheduling.nodeSelector).toEqual({ [KEY('spin')]: 'spin' });
+});
+
 test('item 10: a revision change mid-rollout waits for the old revision\'s running installs, then rolls the newest', async () => {
   // GIVEN v2 rolling out with installs held
   verdict = () => 'hold';
@@ -391,6 +433,33 @@ test('item 1: a handler change under rolling never selects a node without the ne
   await eventually(ready('spin', 3), 60_000, diagnostics);
   await eventually(async () => handlersOn(WASM).every(h => h === 'spin2'), 30_000, diagnostics);
   expect(finishedPods.filter(p => p.operation === 'uninstall' && p.handler === 'spin' && p.shim === 'spin').map(p => p.node).sort()).toEqual(WASM);
+});
+
+test('createRuntimeClass: an app that synthesizes its RuntimeClass applies a handler change the second time, once the controller replaced it (README)', async () => {
+  const synthesized = (handler: string) => {
+    const chart = Testing.chart();
+    new ShimConstruct(chart, 'spin', { handler, runtimeClassName: 'wasmtime-spin', location: 'https://example.com/spin-v4.tgz', createRuntimeClass: true });
+    return Yaml.stringify(Testing.synth(chart).find(o => o.kind === 'RuntimeClass'));
+  };
+  const gitops = (handler: string) => cp.kubectl(['apply', '--server-side', '--field-manager=argocd', '-f', '-'], { input: synthesized(handler) });
+  // GIVEN the app's RuntimeClass applied over the controller's
+  gitops('spin2');
+  verdict = () => 'succeed';
+  // WHEN the app's handler changes: the apply is refused on the RuntimeClass (the Shim changes, as the same apply would change it)
+  expect(() => gitops('spin3')).toThrow(/handler/);
+  await admin.patch(`${shimsPath}/spin`, { spec: { runtimeClass: { handler: 'spin3' } } });
+  // THEN once the controller has replaced the RuntimeClass, the same apply goes through
+  await eventually(async () => (await admin.get('/apis/node.k8s.io/v1/runtimeclasses/wasmtime-spin')).handler === 'spin3', 30_000, diagnostics);
+  expect(() => gitops('spin3')).not.toThrow();
+  await eventually(ready('spin', 3), 60_000, diagnostics);
+  // AND the app's manager and the controller share it again
+  const rc = await admin.get('/apis/node.k8s.io/v1/runtimeclasses/wasmtime-spin');
+  expect(rc.metadata.managedFields.map((f: any) => f.manager).sort()).toEqual(['argocd', 'rcm-controller']);
+  // (back to spin2, which the scenarios below expect; the controller replaces the RuntimeClass again)
+  await admin.patch(`${shimsPath}/spin`, { spec: { runtimeClass: { handler: 'spin2' } } });
+  await eventually(async () => (await admin.get('/apis/node.k8s.io/v1/runtimeclasses/wasmtime-spin')).handler === 'spin2', 30_000, diagnostics);
+  await eventually(ready('spin', 3), 60_000, diagnostics);
+  await eventually(async () => handlersOn(WASM).every(h => h === 'spin2'), 30_000, diagnostics);
 });
 
 test('item 2: a failed new revision under recreate leaves every node schedulable on the previous one', async () => {
