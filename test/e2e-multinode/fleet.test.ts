@@ -75,7 +75,7 @@ interface AppShim {
  * would dial the node's non-loopback address) and listeners on 127.0.0.1 with ports of the
  * kernel's choosing (all nodes share the machine's network).
  */
-function synthApp(shims: AppShim[], replicas = 1, createRuntimeClass = false): string {
+function synthApp(shims: AppShim[], replicas = 1, createRuntimeClass?: boolean): string {
   const app = new App();
   const chart = new Chart(app, 'fleet');
   const manager = new RuntimeClassManager(chart, 'Manager', {
@@ -99,8 +99,8 @@ function synthApp(shims: AppShim[], replicas = 1, createRuntimeClass = false): s
       allowInsecureHttp: true,
       nodeSelector: s.selector,
       rollout: Rollout.rolling({ maxUpdate: MaxUpdate.count(1) }),
-      // The controller alone writes the RuntimeClass: a synthesized one cannot follow a handler
-      // change through `kubectl apply` (its handler is immutable; see the known-problem step).
+      // By default the controller alone writes the RuntimeClass; `true` is the constructs' earlier
+      // output, which the upgrade step applies before the handler change.
       createRuntimeClass,
     });
   }
@@ -720,22 +720,34 @@ step('scenario 4: two controller replicas; the leader killed mid-rollout; the ot
   for (const n of cluster.nodes) expect(containerdStarts(n, since)).toHaveLength(1);
 });
 
-// KNOWN PROBLEM (constructs, not fixed here): with the default `createRuntimeClass: true` the app
-// itself carries the RuntimeClass, whose handler is immutable and (after the controller's apply)
-// also managed by rcm-controller. A handler change through the README's
-// `kubectl apply --server-side` then fails on the RuntimeClass ("Apply failed with 2 conflicts:
-// conflicts with \"rcm-controller\": .handler ..."), while the same apply has already changed the
-// Shim. Marked as failing: it turns red once the constructs allow it, and then becomes a plain step.
-test.failing('a handler change of an app that synthesizes its RuntimeClass applies cleanly (known problem)', async () => {
-  const file = path.join(work, 'app-default-runtimeclass.yaml');
-  fs.writeFileSync(file, synthApp([{ name: SHIM, version: 'v5', selector: FLEET }], 2, true));
+step('upgrade from an app that synthesized its RuntimeClass: its handler change would be refused; the default output\'s applies cleanly', async () => {
+  const rcPath = `/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`;
+  // GIVEN the app as the constructs synthesized it before (the RuntimeClass in the manifests), applied over the fleet
+  const legacy = (version: string) => {
+    const file = path.join(work, `app-legacy-${version}.yaml`);
+    fs.writeFileSync(file, synthApp([{ name: SHIM, version, selector: FLEET }], 2, true));
+    return file;
+  };
+  applyFile(legacy('v4'));
+  // THEN the RuntimeClass is the app's and the controller's at once (adopted, not fought over)
+  const rc = await api.get(rcPath);
+  expect(rc.metadata.managedFields.map((f: any) => f.manager).sort()).toEqual(['e2e-gitops', 'rcm-controller']);
+  expect(rc.metadata.ownerReferences[0]).toMatchObject({ kind: 'Shim', name: SHIM });
+  // AND with that output a handler change is refused on the RuntimeClass (README: createRuntimeClass)
+  expect(() => applyFile(legacy('v5'), ['--dry-run=server'])).toThrow(/RuntimeClass|handler/);
+  // WHEN the app moves to the default output, which leaves the RuntimeClass to the controller, with the new handler
+  const file = path.join(work, 'app-default-v5.yaml');
+  fs.writeFileSync(file, synthApp([{ name: SHIM, version: 'v5', selector: FLEET }], 2));
+  // THEN it applies cleanly (scenario 6 applies it for real and follows the rollout)
+  expect(fs.readFileSync(file, 'utf8')).not.toMatch(/kind: RuntimeClass/);
   applyFile(file, ['--dry-run=server']);
-}, 60_000);
+});
 
-step('scenario 6: a handler change across the fleet: the RuntimeClass never selects a node without the handler; no pod fails with "no runtime for"', async () => {
+step('scenario 6: a handler change across the fleet, applied with kubectl apply --server-side: the RuntimeClass never selects a node without the handler; no pod fails with "no runtime for"', async () => {
   const watch = await InstallerPods.from();
   const since = Date.now();
-  // WHEN the Shim's handler changes (a new artifact for the new handler)
+  // WHEN the Shim's handler changes (a new artifact for the new handler), in the default output
+  // applied over the earlier one (the upgrade step): the apply succeeds, or this throws
   apply([{ name: SHIM, version: 'v5', selector: FLEET }], 2);
   // THEN at every poll, each node the RuntimeClass selects has its handler in containerd's config,
   // and pods of the RuntimeClass keep arriving all along
@@ -783,6 +795,10 @@ step('scenario 6: a handler change across the fleet: the RuntimeClass never sele
     expect((await getNode(n.name)).metadata.labels[HANDLER_LABEL]).toBe(NEXT_HANDLER);
   }
   expectOneAtATime(watch.of({ shim: SHIM }));
+  // AND the RuntimeClass is the controller's alone now, for the new handler (the app's copy went with the replacement)
+  const rc = await api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`);
+  expect(rc.handler).toBe(NEXT_HANDLER);
+  expect(rc.metadata.managedFields.map((f: any) => f.manager)).toEqual(['rcm-controller']);
   // AND every pod ran, none refused for a missing runtime
   for (const name of workloads) {
     if (!await api.get(`/api/v1/namespaces/default/pods/${name}`).catch(() => undefined)) await createPod(pod(name, 'true', { runtimeClassName: SHIM }));
