@@ -27,7 +27,7 @@ export interface SyncWaves {
    */
   readonly controller?: number;
   /**
-   * Wave of the Shims and their RuntimeClasses.
+   * Wave of the Shims (and of the RuntimeClasses that `createRuntimeClass` synthesizes).
    * @default SyncWaves.DEFAULT_SHIMS (-10)
    */
   readonly shims?: number;
@@ -47,7 +47,7 @@ export class ArgoCd {
   public static readonly DEFAULT_DEFINITION_WAVE = -30;
   /** The controller's default wave. */
   public static readonly DEFAULT_CONTROLLER_WAVE = -20;
-  /** The Shims' default wave (with their RuntimeClasses). */
+  /** The Shims' default wave (and that of RuntimeClasses synthesized with them). */
   public static readonly DEFAULT_SHIMS_WAVE = -10;
   /** The `argocd-cm` key under which Argo CD looks for the Shim kind's health check. */
   public static readonly HEALTH_CHECK_KEY = 'resource.customizations.health.runtime.spinkube.dev_Shim';
