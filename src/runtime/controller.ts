@@ -83,15 +83,19 @@ export class Controller {
     this.jobs = await this.inform<SlimJob>(`/apis/batch/v1/namespaces/${ns}/jobs`, { json: slimJob, protobuf: jobFromProto }, {
       add: j => { forget(j); byAnnotation(j); }, update: (_, j) => byAnnotation(j), delete: j => { forget(j); byAnnotation(j); },
     }, managed);
-    // A pod matters once it has started (a pending one has nothing to say) and when it ends.
+    // A pod matters once its kubelet has taken it (startTime: its Job has started) and when it
+    // ends. Pending pods are watched too: a kubelet whose containerd an installer restarts can
+    // leave its node NotReady and report the running installer's pod as Pending (even when it
+    // ended), and a Job whose pod was taken must not look unstarted then (it was deleted as
+    // one, seen in the multi-node suite's scenario 2).
     const ended = (pod: SlimPod) => pod.status.containerStatuses?.[0]?.state.terminated !== undefined || ['Succeeded', 'Failed'].includes(pod.status.phase ?? '');
     this.pods = await this.inform<SlimPod>(`/api/v1/namespaces/${ns}/pods`, { json: slimPod, protobuf: podFromProto }, {
-      // A pod may arrive already ended (Pending straight to Failed): its Job waits for its result.
-      add: pod => { if (ended(pod)) byAnnotation(pod); },
+      // A pod may arrive already taken, or ended (Pending straight to Failed): its Job waits for its result.
+      add: pod => { if (ended(pod) || pod.status.startTime) byAnnotation(pod); },
       update: (before, after) => {
         if (before.status.startTime !== after.status.startTime || ended(before) !== ended(after)) byAnnotation(after);
       },
-    }, managed, 'status.phase!=Pending');
+    }, managed);
     this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', { json: slimRuntimeClass }, {
       add: rc => this.onRuntimeClass(rc), update: (_, rc) => this.onRuntimeClass(rc), delete: rc => this.onRuntimeClass(rc),
     });

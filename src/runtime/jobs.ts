@@ -205,8 +205,8 @@ export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | un
   const last = terminated[terminated.length - 1];
   // The Job and its pod are watched apart: a failure is judged once the pod's result (the
   // installer's reason) has arrived too, unless there is no pod to wait for.
-  // A pod that went from Pending straight to Failed reaches the (separately watched, Pending
-  // excluded) pod cache only with its result: give it a moment before judging without one.
+  // A pod's status may reach the (separately watched) pod cache after the Job's failure:
+  // give it a moment before judging without one.
   // A pod the cache still shows running will bring its result; one that ended without a
   // terminated container (its container was never created: CreateContainerError while
   // containerd restarted) has none to bring. Either way the wait is bounded.
@@ -225,8 +225,9 @@ export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | un
     attempt: Number(a[ANNOTATION_ATTEMPT] ?? 1) || 1,
     ...(job.metadata?.labels?.[LABEL_BATCH] ? { batch: job.metadata.labels[LABEL_BATCH] } : {}),
     phase,
-    // The controller watches pods that are past Pending: one it knows of has started.
-    started: pods.length > 0,
+    // Started once a kubelet has taken a pod (it sets startTime before any container runs, and
+    // it stays when a kubelet reports the pod Pending again).
+    started: pods.some(p => p.status?.startTime !== undefined || (p.status?.phase !== undefined && p.status.phase !== 'Pending')),
     ...(job.metadata?.creationTimestamp ? { createdAt: job.metadata.creationTimestamp } : {}),
     ...(phase !== 'running' ? { finishedAt: job.status?.completionTime ?? last?.finishedAt ?? failedCondition?.lastTransitionTime } : {}),
     result: parseResult(last?.message ?? (failedCondition && !last ? whyNoResult(failedCondition, pods) : undefined)),

@@ -16,7 +16,7 @@ const failed = job({ conditions: [{ type: 'Failed', status: 'True', reason: 'Bac
 const endedPod = { status: { startTime: '2026-11-22T00:00:00Z', containerStatuses: [{ state: { terminated: { message: '{"reason":"ChecksumMismatch","message":"sha256 differs"}', finishedAt: '2026-11-22T00:00:00Z' } } }] } };
 
 test('a failed Job whose pod has not reached the cache yet waits for the installer\'s reason, for a while', () => {
-  // GIVEN the Job's failure seen before its pod (the two are watched apart; Pending pods are not watched)
+  // GIVEN the Job's failure seen before its pod (the two are watched apart)
   expect(jobView(failed, [], T0 + 1000)).toMatchObject({ phase: 'running', started: false });
   // WHEN the pod arrives THEN the installer's reason is the result
   expect(jobView(failed, [endedPod], T0 + 2000)).toMatchObject({ phase: 'failed', attempt: 2, batch: 'b1', result: { reason: 'ChecksumMismatch', message: 'sha256 differs' } });
@@ -92,4 +92,15 @@ test('a failed Job whose pod ended without ever running its container is judged 
   const stillRunning = { status: { phase: 'Running', containerStatuses: [{ state: { running: {} } }] } };
   expect(jobView(failed, [stillRunning], T0 + 1000)).toMatchObject({ phase: 'running' });
   expect(jobView(failed, [stillRunning], T0 + 31_000)).toMatchObject({ phase: 'failed' });
+});
+
+test('a Job has started once a kubelet took its pod, even when the kubelet reports the pod Pending again', () => {
+  const running = job({});
+  // GIVEN a pod created but not yet taken by a kubelet: not started (a down node may drop it)
+  expect(jobView(running, [{ status: { phase: 'Pending' } }], T0)).toMatchObject({ phase: 'running', started: false });
+  // WHEN the kubelet has taken it (startTime), THEN it has started
+  expect(jobView(running, [{ status: { phase: 'Pending', startTime: '2026-11-22T00:00:00Z' } }], T0)).toMatchObject({ started: true });
+  expect(jobView(running, [{ status: { phase: 'Running', startTime: '2026-11-22T00:00:00Z' } }], T0)).toMatchObject({ started: true });
+  // AND with no pod at all, it has not
+  expect(jobView(running, [], T0)).toMatchObject({ started: false });
 });
