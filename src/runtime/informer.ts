@@ -138,11 +138,18 @@ export class Informer<T> {
     const { done, abort } = this.options.decode
       ? this.kube.watchProtobuf(path, (type, enveloped, bytes) => {
         this.options.onReceived?.(bytes);
-        const object = unwrap(enveloped);
         if (type === 'ERROR') {
-          const status = statusFromProto(object);
+          // Whatever the error (410 Gone when the resourceVersion expired), the next watch
+          // starts from a fresh LIST: a Status that cannot be read must not make it retry the
+          // same resourceVersion for ever.
+          this.resourceVersion = '';
+          let status = { code: 500, message: 'a watch error whose Status could not be read' };
+          try {
+            status = statusFromProto(unwrap(enveloped));
+          } catch { /* keep the generic error */ }
           throw new ApiError(status.code, status.message, 'WATCH', this.options.path);
         }
+        const object = unwrap(enveloped);
         const { name, resourceVersion } = objectMeta(object);
         this.apply(type, name, resourceVersion, () => this.options.decode!(object));
       })
