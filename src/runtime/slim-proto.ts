@@ -54,6 +54,27 @@ function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true):
   return m;
 }
 
+/**
+ * The parts every kind shares: metadata (1) into a Meta, and each field of the spec (2) and
+ * the status (3) handed to the kind's own reader.
+ */
+function readObject(buf: Buffer, read: { status: (s: Fields) => void; spec?: (s: Fields) => void; keepAnnotation?: (key: string) => boolean }): Meta {
+  let m: Meta = { name: '' };
+  const f = new Fields(buf);
+  while (f.next()) {
+    if (f.no === 1) {
+      m = meta(f, read.keepAnnotation);
+    } else if (f.no === 2 && read.spec) {
+      const s = f.nested();
+      while (s.next()) read.spec(s);
+    } else if (f.no === 3) {
+      const s = f.nested();
+      while (s.next()) read.status(s);
+    }
+  }
+  return m;
+}
+
 /** An unset string field comes as "" (JSON leaves it out). */
 function optional(value: string): string | undefined {
   return value === '' ? undefined : value;
@@ -63,36 +84,30 @@ const ours = (key: string) => key.includes(OUR_ANNOTATIONS);
 
 /** Node: metadata 1, spec 2 (unschedulable 4), status 3 (conditions 4: type 1, status 2; nodeInfo 7: bootID 3). */
 export function nodeFromProto(buf: Buffer): NodeView {
-  let m: Meta = { name: '' };
   let ready = false;
   let schedulable = true;
   let bootID: string | undefined;
-  const f = new Fields(buf);
-  while (f.next()) {
-    if (f.no === 1) {
-      m = meta(f, ours);
-    } else if (f.no === 2) {
-      const s = f.nested();
-      while (s.next()) if (s.no === 4) schedulable = s.value === 0;
-    } else if (f.no === 3) {
-      const s = f.nested();
-      while (s.next()) {
-        if (s.no === 4) {
-          let type = '';
-          let status = '';
-          const c = s.nested();
-          while (c.next()) {
-            if (c.no === 1) type = c.text();
-            else if (c.no === 2) status = c.text();
-          }
-          if (type === 'Ready' && status === 'True') ready = true;
-        } else if (s.no === 7) {
-          const i = s.nested();
-          while (i.next()) if (i.no === 3) bootID = optional(i.text());
+  const m = readObject(buf, {
+    keepAnnotation: ours,
+    spec: s => {
+      if (s.no === 4) schedulable = s.value === 0;
+    },
+    status: s => {
+      if (s.no === 4) {
+        let type = '';
+        let status = '';
+        const c = s.nested();
+        while (c.next()) {
+          if (c.no === 1) type = c.text();
+          else if (c.no === 2) status = c.text();
         }
+        if (type === 'Ready' && status === 'True') ready = true;
+      } else if (s.no === 7) {
+        const i = s.nested();
+        while (i.next()) if (i.no === 3) bootID = optional(i.text());
       }
-    }
-  }
+    },
+  });
   return { name: m.name, labels: m.labels ?? {}, annotations: m.annotations ?? {}, ready, schedulable, bootID };
 }
 
@@ -101,34 +116,27 @@ export function nodeFromProto(buf: Buffer): NodeView {
  * type 1, status 2, lastTransitionTime 4, reason 5, message 6.
  */
 export function jobFromProto(buf: Buffer): SlimJob {
-  let m: Meta = { name: '' };
   const status: SlimJob['status'] = { conditions: [] };
-  const f = new Fields(buf);
-  while (f.next()) {
-    if (f.no === 1) {
-      m = meta(f);
-    } else if (f.no === 3) {
-      const s = f.nested();
-      while (s.next()) {
-        if (s.no === 3) {
-          status.completionTime = s.time();
-        } else if (s.no === 5) {
-          status.succeeded = s.value || undefined;
-        } else if (s.no === 1) {
-          const c: Record<string, string | undefined> = {};
-          const e = s.nested();
-          while (e.next()) {
-            if (e.no === 1) c.type = e.text();
-            else if (e.no === 2) c.status = e.text();
-            else if (e.no === 4) c.lastTransitionTime = e.time();
-            else if (e.no === 5) c.reason = optional(e.text());
-            else if (e.no === 6) c.message = optional(e.text());
-          }
-          if (c.type === 'Failed') status.conditions.push(c as SlimJob['status']['conditions'][number]);
+  const m = readObject(buf, {
+    status: s => {
+      if (s.no === 3) {
+        status.completionTime = s.time();
+      } else if (s.no === 5) {
+        status.succeeded = s.value || undefined;
+      } else if (s.no === 1) {
+        const c: Record<string, string | undefined> = {};
+        const e = s.nested();
+        while (e.next()) {
+          if (e.no === 1) c.type = e.text();
+          else if (e.no === 2) c.status = e.text();
+          else if (e.no === 4) c.lastTransitionTime = e.time();
+          else if (e.no === 5) c.reason = optional(e.text());
+          else if (e.no === 6) c.message = optional(e.text());
         }
+        if (c.type === 'Failed') status.conditions.push(c as SlimJob['status']['conditions'][number]);
       }
-    }
-  }
+    },
+  });
   const { name, uid, creationTimestamp, labels, annotations } = m;
   return { metadata: { name, uid: uid!, creationTimestamp, labels, annotations }, status };
 }
@@ -163,28 +171,21 @@ function containerState(f: Fields): ContainerState {
  * state 2).
  */
 export function podFromProto(buf: Buffer): SlimPod {
-  let m: Meta = { name: '' };
   const status: SlimPod['status'] = {};
-  const f = new Fields(buf);
-  while (f.next()) {
-    if (f.no === 1) {
-      m = meta(f);
-    } else if (f.no === 3) {
-      const s = f.nested();
-      while (s.next()) {
-        if (s.no === 1) {
-          status.phase = optional(s.text());
-        } else if (s.no === 7) {
-          status.startTime = s.time();
-        } else if (s.no === 8 && !status.containerStatuses) {
-          let state: ContainerState = {};
-          const c = s.nested();
-          while (c.next()) if (c.no === 2) state = containerState(c);
-          status.containerStatuses = [{ state }];
-        }
+  const m = readObject(buf, {
+    status: s => {
+      if (s.no === 1) {
+        status.phase = optional(s.text());
+      } else if (s.no === 7) {
+        status.startTime = s.time();
+      } else if (s.no === 8 && !status.containerStatuses) {
+        let state: ContainerState = {};
+        const c = s.nested();
+        while (c.next()) if (c.no === 2) state = containerState(c);
+        status.containerStatuses = [{ state }];
       }
-    }
-  }
+    },
+  });
   const { name, labels, annotations } = m;
   return { metadata: { name, labels, annotations }, status };
 }
