@@ -340,6 +340,8 @@ export function plan(input: PlanInput): Plan {
       if (!node.ready && running.every(j => !j.started)) {
         for (const job of running) actions.push({ kind: 'deleteJob', name: job.name });
         tally.waitingForNodes.push(node.name);
+        // A retry's node stays between attempts, and keeps its slot (as below).
+        if (failure && running.some(j => sameOperation(j, failure)) && failure.attempt < policy.failureThreshold) tally.inFlight++;
       } else {
         tally.inFlight++;
       }
@@ -348,20 +350,26 @@ export function plan(input: PlanInput): Plan {
     if (!step) continue;
 
     let attempt = 1;
+    // A node that failed and is due another attempt keeps its slot until that attempt: while it
+    // waits out the backoff, and while it is down. The failed attempt may be why it is down (an
+    // install whose containerd restart failed leaves the kubelet NotReady for a while), and the
+    // rollout must not move on to the next node past a failure.
+    let betweenAttempts = false;
     if (relevant) {
       const nextAt = Date.parse(failure.at) + backoffSeconds(policy, failure.attempt) * 1000;
       const entry = failedNode(node.name, failure, policy, new Date(Number.isNaN(nextAt) ? nowMs : nextAt).toISOString());
-      const exhausted = entry.exhausted;
+      betweenAttempts = !entry.exhausted;
       tally.failures.push(entry);
       attempt = failure.attempt + 1;
       if (nextAt > nowMs) {
         requeueAt = Math.min(requeueAt ?? nextAt, nextAt);
-        if (!exhausted) tally.inFlight++; // a node between attempts keeps its slot
+        if (betweenAttempts) tally.inFlight++;
         continue;
       }
     }
     if (!node.ready || !node.schedulable) {
       tally.waitingForNodes.push(node.name);
+      if (betweenAttempts) tally.inFlight++;
       continue;
     }
     if (step.operation === 'install' && busyHandlers(node, keys.installed, others.get(node.name) ?? []).has(step.handler)) {

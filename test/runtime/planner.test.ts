@@ -446,6 +446,28 @@ describe('I6: failures are handled like an operator would', () => {
     expect(created(actions)).toEqual([]);
   });
 
+  test('a node due a retry keeps its slot while it is down: the rollout does not move on past a failure', () => {
+    // GIVEN node a failed its first install (its containerd restart failed, so its kubelet went NotReady)
+    const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    const failure = { operation: 'install', handler: 'spin', revision: rev(s), attempt: 1, reason: 'RestartFailedRolledBack', message: 'y', at: '2026-11-20T23:59:00Z' };
+    const failed = (extra: Partial<NodeView>) => node('a', { [KEYS.state]: 'retrying' }, { [KEYS.failure]: JSON.stringify(failure) }, extra);
+    // WHEN its backoff has passed while it is still NotReady (or cordoned)
+    for (const down of [{ ready: false }, { schedulable: false }]) {
+      const { actions, status } = run({ shim: s, nodes: [failed(down), node('b')] });
+      // THEN no other node is started; a waits, and is reported as retrying
+      expect(created(actions)).toEqual([]);
+      expect(status).toMatchObject({ nodesRetrying: 1 });
+      expect(condition(status, 'Progressing')!.message).toMatch(/not Ready or cordoned \(a\)/);
+    }
+    // AND a retry Job that the down node never started is dropped, but its slot is kept too
+    const retry = job('a', s, 'running', 'install', { attempt: 2, started: false });
+    const { actions } = run({ shim: s, nodes: [failed({ ready: false }), node('b')], jobs: [retry] });
+    expect(kinds(actions, 'deleteJob').map(a => a.name)).toEqual([retry.name]);
+    expect(created(actions)).toEqual([]);
+    // AND once it is Ready it is retried first
+    expect(kinds(run({ shim: s, nodes: [failed({}), node('b')] }).actions, 'createJob').map(a => `${a.job.node}:${a.job.attempt}`)).toEqual(['a:2']);
+  });
+
   test('a new node joining gets the shim', () => {
     const s = shim();
     expect(created(run({ shim: s, nodes: [installed('a', s), node('new')] }).actions)).toEqual(['new:install:spin']);
