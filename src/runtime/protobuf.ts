@@ -87,9 +87,11 @@ export class Fields {
     let seconds = 0;
     const e = this.nested();
     while (e.next()) if (e.no === 1) seconds = e.value;
-    // A negative int64 arrives as a ten-byte varint: a number of 2^63 or more here.
-    if (seconds <= 0 || seconds >= 2 ** 53) return undefined;
-    return new Date(seconds * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+    // A negative int64 arrives as a ten-byte varint: a number of 2^63 or more here. Beyond
+    // 8.64e12 seconds a Date is invalid (and toISOString would throw).
+    if (seconds <= 0 || seconds > 8.64e12) return undefined;
+    // Whole seconds, as the API server writes them in JSON: drop toISOString's ".000".
+    return `${new Date(seconds * 1000).toISOString().slice(0, -5)}Z`;
   }
 
   private varint(): number {

@@ -1,5 +1,7 @@
 import { Informer } from '../../src/runtime/informer';
-import { Kube } from '../../src/runtime/kube';
+import * as fs from 'fs';
+import * as https from 'https';
+import { ApiError, Kube, WRITE_ACCEPT } from '../../src/runtime/kube';
 import { kubeconfigAccess } from '../../src/runtime/kube-config';
 import { slimJob, slimNode, slimPod } from '../../src/runtime/slim';
 import { jobFromProto, nodeFromProto, podFromProto } from '../../src/runtime/slim-proto';
@@ -140,4 +142,41 @@ test('an informer reads the same cache through protobuf as through JSON: paginat
     json.stop();
     proto.stop();
   }
+});
+
+test('a write asks back only metadata: a realistic Node patch answers in a few KB; errors stay readable', async () => {
+  // GIVEN a realistic node (about 14 KB of JSON)
+  await makeNode('pb-node-w', 5, {});
+  const patch = (accept: string, node = 'pb-node-w') => new Promise<{ code: number; body: string }>((resolve, reject) => {
+    const body = JSON.stringify({ metadata: { labels: { [`spin.${DOMAIN}/state`]: accept.length > 20 ? 'partial' : 'full' } } });
+    const url = new URL(cp.server);
+    const req = https.request({
+      hostname: url.hostname, port: url.port, method: 'PATCH', path: `/api/v1/nodes/${node}`, ca: fs.readFileSync(cp.caFile),
+      headers: { 'Authorization': `Bearer ${cp.adminToken}`, 'Content-Type': 'application/merge-patch+json', 'Accept': accept, 'Content-Length': body.length },
+    }, res => {
+      const chunks: Buffer[] = [];
+      res.on('data', c => chunks.push(c));
+      res.on('end', () => resolve({ code: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+  // WHEN it is patched asking for the whole object, and asking as the controller's writes do
+  const full = await patch('application/json');
+  const partial = await patch(WRITE_ACCEPT);
+  // THEN the write's answer is the node's metadata only, a fraction of the object
+  expect(full.code).toBe(200);
+  expect(partial.code).toBe(200);
+  expect(JSON.parse(partial.body)).toMatchObject({ kind: 'PartialObjectMetadata', metadata: { name: 'pb-node-w', labels: { [`spin.${DOMAIN}/state`]: 'partial' } } });
+  expect(partial.body.length).toBeLessThan(full.body.length / 4);
+  // AND an error still answers with a JSON Status, which the client reports
+  const missing = await patch(WRITE_ACCEPT, 'pb-node-missing');
+  expect(missing.code).toBe(404);
+  expect(JSON.parse(missing.body)).toMatchObject({ kind: 'Status', reason: 'NotFound' });
+  const error = await kube.mergePatch('/api/v1/nodes/pb-node-missing', { metadata: { labels: { a: 'b' } } }).catch(e => e);
+  expect(error).toBeInstanceOf(ApiError);
+  expect(error).toMatchObject({ code: 404, message: expect.stringContaining('"reason":"NotFound"') });
+  // AND the client's writes still do what they say
+  await kube.mergePatch('/api/v1/nodes/pb-node-w', { metadata: { labels: { [`spin.${DOMAIN}/state`]: 'client' } } });
+  expect((await admin.get('/api/v1/nodes/pb-node-w')).metadata.labels[`spin.${DOMAIN}/state`]).toBe('client');
 });

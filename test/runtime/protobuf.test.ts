@@ -35,7 +35,7 @@ test('fields in order, nested messages, fixed-width fields skipped', () => {
   expect(seen).toEqual(['1=300', '3=kubernetes.io/os:linux', '5=é']);
 });
 
-test('a time as the API server writes it in JSON; the zero time (negative seconds) is absent', () => {
+test('a time as the API server writes it in JSON; the zero time (negative seconds) and times past a Date\'s range are absent', () => {
   const time = (seconds: bigint) => {
     const f = new Fields(Buffer.from(str(1, Buffer.from(int(1, seconds)))));
     f.next();
@@ -43,6 +43,9 @@ test('a time as the API server writes it in JSON; the zero time (negative second
   };
   expect(time(1795344016n)).toBe('2026-11-22T10:40:16Z');
   expect(time(-62135596800n)).toBeUndefined();
+  // AND a time past what a Date can hold (year 275760) is absent, not an exception
+  expect(time(253402300799n)).toBe('9999-12-31T23:59:59Z');
+  expect(time(9_000_000_000_000n)).toBeUndefined();
 });
 
 test('damaged input is refused, not misread', () => {
