@@ -1,6 +1,6 @@
-import { Informer } from '../../src/runtime/informer';
 import * as fs from 'fs';
 import * as https from 'https';
+import { Informer } from '../../src/runtime/informer';
 import { ApiError, Kube, WRITE_ACCEPT } from '../../src/runtime/kube';
 import { kubeconfigAccess } from '../../src/runtime/kube-config';
 import { slimJob, slimNode, slimPod } from '../../src/runtime/slim';
@@ -151,7 +151,11 @@ test('a write asks back only metadata: a realistic Node patch answers in a few K
     const body = JSON.stringify({ metadata: { labels: { [`spin.${DOMAIN}/state`]: accept.length > 20 ? 'partial' : 'full' } } });
     const url = new URL(cp.server);
     const req = https.request({
-      hostname: url.hostname, port: url.port, method: 'PATCH', path: `/api/v1/nodes/${node}`, ca: fs.readFileSync(cp.caFile),
+      hostname: url.hostname,
+      port: url.port,
+      method: 'PATCH',
+      path: `/api/v1/nodes/${node}`,
+      ca: fs.readFileSync(cp.caFile),
       headers: { 'Authorization': `Bearer ${cp.adminToken}`, 'Content-Type': 'application/merge-patch+json', 'Accept': accept, 'Content-Length': body.length },
     }, res => {
       const chunks: Buffer[] = [];
