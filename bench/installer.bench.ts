@@ -1,7 +1,8 @@
 // Benchmark (not a test): install wall time of rcm-node-installer, split into its phases,
 // beside a bare baseline measured in the same run on the same containerd: curl + sha256sum +
 // tar + restart, done by shell one-liners. With RCM_BENCH_BEFORE=<git revision>, the
-// installer of that revision installs in the same rounds too.
+// installer of that revision installs in the same rounds too. The installers run on the
+// Node.js of the images (24, cached by scripts/provision.sh), or on RCM_BENCH_NODE.
 //
 //   npx ts-node --transpile-only -P tsconfig.json bench/installer.bench.ts [rounds]
 //   e.g. RCM_BENCH_BEFORE=9f246cb ... bench/installer.bench.ts 7
@@ -15,9 +16,12 @@ import * as path from 'path';
 import { buildSync } from 'esbuild';
 import * as tar from 'tar';
 import { startContainerd } from '../test/support/containerd-daemon';
+import { NODE_24 } from '../test/support/tools';
 
 const rounds = Number(process.argv[2] ?? 5);
 const BEFORE = process.env.RCM_BENCH_BEFORE;
+/** The installer runs on the images' Node.js (24), not on whatever runs this script. */
+const NODE = process.env.RCM_BENCH_NODE ?? (fs.existsSync(NODE_24) ? NODE_24 : process.execPath);
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -106,9 +110,9 @@ async function main(): Promise<void> {
     const args = ['--host-root=/', `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`, `--config=${daemon.config}`,
       `--socket=${daemon.socket}`, '--distro=containerd', '--restart=command', `--restart-command=${daemon.restartCommand}`,
       '--handler=bench', `--result-file=${resultFile}`];
-    const wall = await timed(() => run(process.execPath, [bundleFile, 'install', `--location=${url}`, `--sha256=${sha256}`, ...args]));
+    const wall = await timed(() => run(NODE, [bundleFile, 'install', `--location=${url}`, `--sha256=${sha256}`, ...args]));
     const figures = phases(wall, JSON.parse(fs.readFileSync(resultFile, 'utf8')).timings);
-    await run(process.execPath, [bundleFile, 'uninstall', ...args]);
+    await run(NODE, [bundleFile, 'uninstall', ...args]);
     return figures;
   };
   try {
@@ -134,8 +138,8 @@ async function main(): Promise<void> {
   const rows: Array<[string, string]> = [
     ['startup', 'Node.js start-up, bundle load, flags'],
     ['detect', 'containerd --version (beside the download)'],
-    ['download', ''],
-    ['verify', 'sha256, archive check, extraction'],
+    ['download', 'rcm: with the archive check and the shim\'s hash as the body arrives'],
+    ['verify', 'rcm: sha256 compared, what is left of the check; baseline: sha256sum, tar -x'],
     ['lock', 'waiting for the host lock'],
     ['config', 'computing the edit'],
     ['preflight', 'containerd config dump of the candidate'],
@@ -152,7 +156,8 @@ async function main(): Promise<void> {
   };
   const show = (v: number | undefined, width = 10) => (v === undefined ? '-' : v.toFixed(1)).padStart(width);
   const ratio = (a: number | undefined, b: number | undefined) => (a !== undefined && b ? `${(a / b).toFixed(2)}x` : '-').padStart(8);
-  console.log(`rcm-node-installer install vs. bare baseline, median of ${rounds} rounds (ms), containerd 1.6 on loopback`);
+  const nodeVersion = execFileSync(NODE, ['--version'], { encoding: 'utf8' }).trim();
+  console.log(`rcm-node-installer install vs. bare baseline, median of ${rounds} rounds (ms), containerd 1.6 on loopback, installers on Node.js ${nodeVersion}`);
   console.log(`${'phase'.padEnd(16)}${'rcm'.padStart(10)}${'baseline'.padStart(10)}${'ratio'.padStart(8)}`
     + `${before ? `${`before (${BEFORE})`.padStart(20)}${'ratio'.padStart(8)}` : ''}   what`);
   for (const [phase, what] of rows) {
