@@ -1,19 +1,26 @@
 import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
+import type { Writable } from 'stream';
 import * as zlib from 'zlib';
 import * as tar from 'tar';
 import { fetchFailed } from './errors';
 
 const SHIM_BINARY = /^containerd-shim-([a-z0-9][-a-z0-9]*)-v([0-9]+)$/;
 
-export interface ShimBinary {
-  readonly file: string;
+interface ShimFacts {
   readonly name: string;
   readonly apiVersion: number;
-  /** Its sha256, when it was hashed as the archive was checked (the bytes extracted to `file`). */
+  /** Its sha256, when it was hashed as the archive was checked (the bytes in `data`). */
   readonly sha256?: string;
 }
+
+/**
+ * The shim found in an artifact: a file (a bare binary, a payload's file), or the bytes of
+ * an archive entry, held in memory from the one pass that checked the archive (they are
+ * what extraction would have written; the installer writes them to the host itself).
+ */
+export type ShimBinary = ShimFacts & ({ readonly file: string; readonly data?: undefined } | { readonly data: Buffer; readonly file?: undefined });
 
 /** Whether the file starts with these bytes (a format's magic number). */
 function startsWith(file: string, magic: number[]): boolean {
@@ -43,130 +50,180 @@ export interface ExtractLimits {
  * header, and the check stops at the first entry over a limit: a decompression bomb is
  * refused before it is inflated, and nothing is written until the whole archive passed.
  */
-export async function extractSafely(archive: string, dir: string, limits: ExtractLimits,
-  hashed: (entryPath: string) => boolean = () => false): Promise<Map<string, string>> {
-  const { problems, sha256 } = await checkArchive(archive, limits, hashed);
-  if (problems.length > 0) {
-    const tooBig = problems.some(p => p.startsWith('unpacks to more than'));
-    throw fetchFailed(tooBig ? 'ArchiveTooLarge' : 'UnsafeArchive', `the artifact is refused: ${problems.slice(0, 5).join('; ')}`);
-  }
+export async function extractSafely(archive: string, dir: string, limits: ExtractLimits): Promise<void> {
+  refuseProblems(await scanFile(archive, limits, () => false));
   await new Promise<void>((resolve, reject) => {
     // chmod: the entries' modes, as tar.x's noChmod: false gave them (an executable shim stays executable).
     const unpack = new tar.Unpack({ cwd: dir, strict: true, preservePaths: false, chmod: true, preserveOwner: false });
-    const { input, gunzip } = gunzipped(archive);
+    const input = fs.createReadStream(archive, { highWaterMark: CHUNK_BYTES });
+    const gunzip = zlib.createGunzip({ chunkSize: CHUNK_BYTES });
     input.on('error', reject);
     gunzip.on('error', reject);
     unpack.on('error', reject);
     unpack.on('close', () => resolve());
-    gunzip.pipe(unpack);
+    input.pipe(gunzip).pipe(unpack);
   });
-  return sha256;
 }
 
-/** Large enough that a shim of some MB passes in a few chunks (zlib's 16 KB chunks cost more than the inflating). */
+function refuseProblems(scan: ArchiveScan): void {
+  if (scan.problems.length === 0) return;
+  const tooBig = scan.problems.some(p => p.startsWith('unpacks to more than'));
+  throw fetchFailed(tooBig ? 'ArchiveTooLarge' : 'UnsafeArchive', `the artifact is refused: ${scan.problems.slice(0, 5).join('; ')}`);
+}
+
+/**
+ * Large enough that a shim of some MB passes in a few chunks (zlib's 16 KB chunks cost more
+ * than the inflating; tar's own inflater took twice as long for a shim of 9 MB).
+ */
 const CHUNK_BYTES = 1024 * 1024;
 
-/**
- * The archive, inflated by Node's zlib in large chunks. Both passes read it so: tar's own
- * inflater works in 16 KB pieces and took twice as long for a shim of 9 MB.
- */
-function gunzipped(archive: string): { input: fs.ReadStream; gunzip: zlib.Gunzip } {
-  const input = fs.createReadStream(archive, { highWaterMark: CHUNK_BYTES });
-  const gunzip = zlib.createGunzip({ chunkSize: CHUNK_BYTES });
-  input.pipe(gunzip);
-  return { input, gunzip };
+/** What one pass over a .tar.gz found. */
+export interface ArchiveScan {
+  /** Why the archive is refused (empty: it is not). */
+  readonly problems: string[];
+  /** The regular files it unpacks to, by normalised path, in archive order (a path given twice once). */
+  readonly files: string[];
+  /**
+   * The regular files the scan was asked to keep, by normalised path: their bytes and
+   * sha256, as extraction would write them (the last of two entries of one path wins, as there).
+   */
+  readonly kept: Map<string, { readonly data: Buffer; readonly sha256: string }>;
+}
+
+/** A pass over a .tar.gz fed through `input` (gzip bytes, in order); `result` never rejects. */
+export interface ArchiveScanner {
+  readonly input: Writable;
+  readonly result: Promise<ArchiveScan>;
 }
 
 /**
- * The archive's problems, and the sha256 of the regular files `hashed` picks (by their
- * normalised path, as extraction writes them; the last of two entries of one path wins, as
- * there). Hashing them here, while the check reads them anyway, saves reading them again.
+ * Checks a .tar.gz as its bytes are written to `input` (as they come off the network, or
+ * from a file), entry header by entry header: unsafe paths, links and special files, paths
+ * that are a file and a folder at once, and the limits, checked before an entry's data is
+ * inflated (the scan stops at the first entry over a limit, so a decompression bomb is never
+ * inflated). The entries `keep` picks are held in memory with their sha256: they are bounded
+ * by the limits, and the installer would read the shim into memory to write it anyway. No
+ * byte is written anywhere, and nothing of the result may be used before the artifact's
+ * sha256 was checked: the scan reads bytes that are not verified yet.
  */
-function checkArchive(archive: string, limits: ExtractLimits,
-  hashed: (entryPath: string) => boolean): Promise<{ problems: string[]; sha256: Map<string, string> }> {
-  return new Promise(resolve => {
+export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => boolean): ArchiveScanner {
+  const gunzip = zlib.createGunzip({ chunkSize: CHUNK_BYTES });
+  const result = new Promise<ArchiveScan>(resolve => {
     const problems: string[] = [];
-    const sha256 = new Map<string, string>();
-    let files = 0;
+    const kept = new Map<string, { data: Buffer; sha256: string }>();
+    /** What each path is once extracted (its parent folders are folders), to refuse a path that is both. */
+    const kinds = new Map<string, 'file' | 'folder'>();
+    const files: string[] = [];
+    let entries = 0;
     let bytes = 0;
     let done = false;
-    const { input, gunzip } = gunzipped(archive);
     const finish = (problem?: string) => {
       if (done) return;
       done = true;
       if (problem) problems.push(problem);
-      input.destroy();
       gunzip.destroy();
-      resolve({ problems, sha256 });
+      // Files a later entry replaced by a folder are not kept (kept map entries were removed then).
+      resolve({ problems, files: files.filter(f => kinds.get(f) === 'file'), kept });
+    };
+    const claim = (p: string, kind: 'file' | 'folder') => {
+      const parts = p.split('/');
+      for (let i = 1; i < parts.length; i++) {
+        const parent = parts.slice(0, i).join('/');
+        if (kinds.get(parent) === 'file') problems.push(`"${parent}" is both a file and a folder`);
+        kinds.set(parent, 'folder');
+      }
+      const was = kinds.get(p);
+      if (was !== undefined && was !== kind) problems.push(`"${p}" is both a file and a folder`);
+      if (was === undefined && kind === 'file') files.push(p);
+      kinds.set(p, kind);
     };
     const parser = new tar.Parser({
       strict: true,
       onReadEntry: entry => {
         const p = entry.path;
         if (path.isAbsolute(p) || p.split(/[\\/]/).includes('..')) problems.push(`unsafe path "${p}"`);
-        if (!['File', 'OldFile', 'ContiguousFile', 'Directory'].includes(entry.type)) problems.push(`${entry.type} entry "${p}"`);
-        files++;
+        const isFolder = entry.type === 'Directory';
+        if (!isFolder && !['File', 'OldFile', 'ContiguousFile'].includes(entry.type)) problems.push(`${entry.type} entry "${p}"`);
+        entries++;
         bytes += entry.size ?? 0;
-        if (files > limits.maxFiles) return finish(`unpacks to more than ${limits.maxFiles} files (--max-files)`);
+        if (entries > limits.maxFiles) return finish(`unpacks to more than ${limits.maxFiles} files (--max-files)`);
         if (bytes > limits.maxBytes) return finish(`unpacks to more than ${limits.maxBytes} bytes (--max-extracted-size)`);
-        const normalised = path.posix.normalize(p);
-        if (entry.type !== 'Directory' && hashed(normalised)) {
+        const normalised = path.posix.normalize(p).replace(/\/+$/, '');
+        if (normalised !== '.' && problems.length === 0) claim(normalised, isFolder ? 'folder' : 'file');
+        kept.delete(normalised);
+        if (!isFolder && problems.length === 0 && keep(normalised)) {
+          // The header's size was checked against the limits above; the parser delivers exactly that many bytes.
+          const data = Buffer.allocUnsafe(entry.size ?? 0);
           const hash = crypto.createHash('sha256');
-          entry.on('data', (chunk: Buffer) => hash.update(chunk));
-          entry.on('end', () => sha256.set(normalised, hash.digest('hex')));
+          let at = 0;
+          entry.on('data', (chunk: Buffer) => {
+            hash.update(chunk);
+            at += chunk.copy(data, at);
+          });
+          entry.on('end', () => {
+            if (at === data.length) kept.set(normalised, { data, sha256: hash.digest('hex') });
+            else problems.push(`entry "${p}" holds ${at} bytes, not the ${data.length} its header says`);
+          });
         } else {
-          sha256.delete(normalised);
           entry.resume();
         }
       },
     });
     parser.on('error', (e: Error) => finish(`not a valid tar.gz: ${e.message}`));
     parser.on('end', () => finish());
-    input.on('error', e => finish(`cannot read the artifact: ${e.message}`));
     gunzip.on('error', e => finish(`not a valid tar.gz: ${e.message}`));
     gunzip.pipe(parser);
   });
+  return { input: gunzip, result };
 }
 
-/** Finds `containerd-shim-<name>-v<N>` in the artifact (a tarball or the bare binary). */
-export async function unpackShim(artifact: string, workDir: string, shimName: string, sourceName: string,
-  limits: ExtractLimits): Promise<ShimBinary> {
-  const found: string[] = [];
-  const candidates: ShimBinary[] = [];
+/** One pass over a .tar.gz file (see scanArchive). */
+function scanFile(archive: string, limits: ExtractLimits, keep: (entryPath: string) => boolean): Promise<ArchiveScan> {
+  const scanner = scanArchive(limits, keep);
+  const input = fs.createReadStream(archive, { highWaterMark: CHUNK_BYTES });
+  input.on('error', e => scanner.input.destroy(new Error(`cannot read the artifact: ${e.message}`)));
+  input.pipe(scanner.input);
+  return scanner.result.finally(() => input.destroy());
+}
+
+/** Whether an archive entry (its normalised path) is `containerd-shim-<shimName>-v<N>`. */
+export function isShimEntry(shimName: string): (entryPath: string) => boolean {
+  return p => SHIM_BINARY.exec(path.posix.basename(p))?.[1] === shimName;
+}
+
+/**
+ * Finds `containerd-shim-<name>-v<N>` in the artifact (a tarball or the bare binary). A
+ * tarball is checked in one pass that keeps the shim's bytes (nothing is extracted): the
+ * pass `scanned` ran as the artifact downloaded, when given (it must have read exactly the
+ * bytes of `artifact`), or one over the file.
+ */
+export async function unpackShim(artifact: string, shimName: string, sourceName: string,
+  limits: ExtractLimits, scanned?: Promise<ArchiveScan>): Promise<ShimBinary> {
   if (startsWith(artifact, GZIP)) {
-    const dir = path.join(workDir, 'extracted');
-    fs.mkdirSync(dir, { recursive: true });
-    const isShim = (p: string) => SHIM_BINARY.exec(path.posix.basename(p))?.[1] === shimName;
-    const sha256 = await extractSafely(artifact, dir, limits, isShim);
-    const walk = (d: string) => {
-      for (const entry of fs.readdirSync(d, { withFileTypes: true })) {
-        const full = path.join(d, entry.name);
-        if (entry.isDirectory()) {walk(full);} else if (entry.isFile()) {
-          const relative = path.relative(dir, full);
-          found.push(relative);
-          const m = SHIM_BINARY.exec(entry.name);
-          if (m && m[1] === shimName) candidates.push({ file: full, name: entry.name, apiVersion: Number(m[2]), sha256: sha256.get(relative.split(path.sep).join('/')) });
-        }
-      }
-    };
-    walk(dir);
-  } else if (startsWith(artifact, ELF)) {
+    const scan = await (scanned ?? scanFile(artifact, limits, isShimEntry(shimName)));
+    refuseProblems(scan);
+    const candidates: ShimBinary[] = [];
+    for (const [entryPath, { data, sha256 }] of scan.kept) {
+      const name = path.posix.basename(entryPath);
+      candidates.push({ data, sha256, name, apiVersion: Number(SHIM_BINARY.exec(name)![2]) });
+    }
+    if (candidates.length === 0) {
+      throw fetchFailed('ShimNotFound', `the archive has no containerd-shim-${shimName}-v<N>; it holds: ${scan.files.slice(0, 20).join(', ') || 'nothing'}`);
+    }
+    if (candidates.length > 1) {
+      throw fetchFailed('AmbiguousShim', `the archive holds several shims named ${shimName}: ${candidates.map(c => c.name).join(', ')}`);
+    }
+    return candidates[0];
+  }
+  if (startsWith(artifact, ELF)) {
     // A URL's path, or an image's path (`reference:/path`) for an artifact copied out of an image.
     const base = path.basename(URL.canParse(sourceName) && /^https?:/.test(sourceName) ? new URL(sourceName).pathname : sourceName);
     const m = SHIM_BINARY.exec(base);
     // A bare binary is named by its URL, or taken as the shim when the URL says nothing.
     const name = m && m[1] === shimName ? base : `containerd-shim-${shimName}-v2`;
     return { file: artifact, name, apiVersion: Number(SHIM_BINARY.exec(name)![2]) };
-  } else {
-    throw fetchFailed('UnsupportedArtifact', 'the artifact is neither a .tar.gz nor an ELF binary');
   }
-  if (candidates.length === 0) {
-    throw fetchFailed('ShimNotFound', `the archive has no containerd-shim-${shimName}-v<N>; it holds: ${found.slice(0, 20).join(', ') || 'nothing'}`);
-  }
-  if (candidates.length > 1) {
-    throw fetchFailed('AmbiguousShim', `the archive holds several shims named ${shimName}: ${candidates.map(c => c.name).join(', ')}`);
-  }
-  return candidates[0];
+  throw fetchFailed('UnsupportedArtifact', 'the artifact is neither a .tar.gz nor an ELF binary');
 }
 
 /** A multi-file payload, unpacked in the installer's scratch folder. */

@@ -1,5 +1,6 @@
 import * as crypto from 'crypto';
 import * as fs from 'fs';
+import type { Writable } from 'stream';
 import { pipeline } from 'stream/promises';
 import { fetchFailed } from './errors';
 import { get } from './proxy';
@@ -17,10 +18,22 @@ export interface DownloadOptions {
   readonly backoffMs?: number;
 }
 
-export interface Download {
+/**
+ * Something that reads the body as it arrives, beside the file (one per attempt: an attempt
+ * that fails is abandoned with its reader). The body waits for it (back pressure), as for
+ * the file.
+ */
+export interface BodyReader<T> {
+  readonly input: Writable;
+  readonly result: Promise<T>;
+}
+
+export interface Download<T = never> {
   readonly sha256: string;
   readonly bytes: number;
   readonly attempts: number;
+  /** What the reader made of the body of the attempt that succeeded (exactly the bytes of the file). */
+  readonly read?: Promise<T>;
 }
 
 class Permanent extends Error {}
@@ -29,12 +42,13 @@ class Permanent extends Error {}
  * Downloads `url` into `file`, hashing as it streams. Retries network errors and 5xx with
  * exponential backoff; 4xx and oversized artifacts fail at once.
  */
-export async function download(url: string, file: string, options: DownloadOptions, log: Logger): Promise<Download> {
+export async function download<T = never>(url: string, file: string, options: DownloadOptions, log: Logger,
+  reader?: () => BodyReader<T>): Promise<Download<T>> {
   const backoff = options.backoffMs ?? 1000;
   let lastError: Error | undefined;
   for (let attempt = 1; attempt <= options.retries + 1; attempt++) {
     try {
-      const result = await downloadOnce(url, file, options, 0);
+      const result = await downloadOnce(url, file, options, 0, reader);
       return { ...result, attempts: attempt };
     } catch (e) {
       lastError = e as Error;
@@ -49,11 +63,13 @@ export async function download(url: string, file: string, options: DownloadOptio
   throw fetchFailed(reason, `downloading ${url} failed: ${lastError?.message}`);
 }
 
-function downloadOnce(url: string, file: string, options: DownloadOptions, redirects: number,
-  deadline = Date.now() + options.timeoutMs): Promise<{ sha256: string; bytes: number }> {
+type Attempt<T> = { sha256: string; bytes: number; read?: Promise<T> };
+
+function downloadOnce<T>(url: string, file: string, options: DownloadOptions, redirects: number, reader: (() => BodyReader<T>) | undefined,
+  deadline = Date.now() + options.timeoutMs): Promise<Attempt<T>> {
   return new Promise((resolveOnce, rejectOnce) => {
     let overall: NodeJS.Timeout | undefined;
-    const resolve = (value: { sha256: string; bytes: number }) => { clearTimeout(overall); resolveOnce(value); };
+    const resolve = (value: Attempt<T>) => { clearTimeout(overall); resolveOnce(value); };
     const reject = (error: Error) => { clearTimeout(overall); rejectOnce(error); };
     const remaining = Math.max(1, deadline - Date.now());
     const request = get(new URL(url), remaining, response => {
@@ -63,7 +79,7 @@ function downloadOnce(url: string, file: string, options: DownloadOptions, redir
         if (redirects >= 5) return reject(new Permanent('too many redirects'));
         const next = new URL(response.headers.location, url).toString();
         clearTimeout(overall); // the next hop keeps the same deadline
-        return downloadOnce(next, file, options, redirects + 1, deadline).then(resolve, reject);
+        return downloadOnce(next, file, options, redirects + 1, reader, deadline).then(resolve, reject);
       }
       if (status !== 200) {
         response.resume();
@@ -86,9 +102,16 @@ function downloadOnce(url: string, file: string, options: DownloadOptions, redir
         }
         hash.update(chunk);
       });
-      response.on('error', e => { out.destroy(); reject(e); });
+      const body = reader?.();
+      response.on('error', e => {
+        out.destroy();
+        body?.input.destroy();
+        reject(e);
+      });
       response.pipe(out);
-      out.on('finish', () => resolve({ sha256: hash.digest('hex'), bytes }));
+      // A reader that stops early (it found what it looked for) is unpiped when it closes.
+      if (body) response.pipe(body.input);
+      out.on('finish', () => resolve({ sha256: hash.digest('hex'), bytes, read: body?.result }));
       out.on('error', reject);
     });
     // The whole attempt, not only silence, is bounded: destroying the request ends a

@@ -1,7 +1,7 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { ShimBinary, treeDigest, treeFiles, unpackPayload, unpackShim } from './artifact';
+import { isShimEntry, scanArchive, ShimBinary, treeDigest, treeFiles, unpackPayload, unpackShim } from './artifact';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
   handlerBinary, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
@@ -341,19 +341,22 @@ export class Installer {
     const url = o.artifactFile !== undefined ? o.artifactOrigin ?? o.artifactFile : artifactFor(o);
     if (!o.sha256) this.log.warn('NO SHA256 GIVEN: the artifact is installed without verification; set the Shim\'s sha256', { url });
     const artifact = path.join(scratch, 'artifact');
+    const limits = { maxBytes: o.maxExtractedBytes, maxFiles: o.maxFiles };
+    // A single shim's archive is checked as it downloads (one pass, the shim's bytes kept);
+    // nothing of that pass counts before the sha256 below matched.
+    const reader = o.payloadShim === undefined ? () => scanArchive(limits, isShimEntry(o.shimName)) : undefined;
     const fetched = await this.timer.time('download', () => (o.artifactFile !== undefined
       ? takeLocal(o.artifactFile, artifact, o.maxSizeBytes)
-      : download(url, artifact, { timeoutMs: o.downloadTimeoutSeconds * 1000, retries: o.retries, maxSizeBytes: o.maxSizeBytes }, this.log)));
+      : download(url, artifact, { timeoutMs: o.downloadTimeoutSeconds * 1000, retries: o.retries, maxSizeBytes: o.maxSizeBytes }, this.log, reader)));
     await this.timer.time('verify', () => {
       if (o.sha256 && fetched.sha256 !== o.sha256) {
         throw fetchFailed('ChecksumMismatch', `sha256 of ${url} is ${fetched.sha256}, expected ${o.sha256}`);
       }
     });
-    const limits = { maxBytes: o.maxExtractedBytes, maxFiles: o.maxFiles };
     const payload = o.payloadShim !== undefined
       ? await this.timer.time('verify', () => unpackPayload(artifact, scratch, o.payloadShim!, limits)) : undefined;
-    const shim = payload?.shim ?? await this.timer.time('verify', () => unpackShim(artifact, scratch, o.shimName, url, limits));
-    const unrunnable = elfProblem(elfHeadOf(shim.file), o.platform);
+    const shim = payload?.shim ?? await this.timer.time('verify', () => unpackShim(artifact, o.shimName, url, limits, fetched.read));
+    const unrunnable = elfProblem(shim.data ? shim.data.subarray(0, 20) : elfHeadOf(shim.file), o.platform);
     if (unrunnable) throw fetchFailed('ShimNotRunnable', `${shim.name} from ${url} cannot run on this node: ${unrunnable}`);
     const digest = payload ? await this.timer.time('verify', () => treeDigest(payload.dir)) : undefined;
     this.log.info('artifact verified', {
@@ -365,7 +368,7 @@ export class Installer {
     });
     const payloadPart = payload && digest ? { payload: { dir: payload.dir, digest } } : {};
     // The shim's own hash was taken as the archive was checked, when it came in one (the installed copy is checked against it).
-    return { url, sha256: fetched.sha256, binarySha256: shim.sha256 ?? sha256Of(shim.file), shim, ...payloadPart };
+    return { url, sha256: fetched.sha256, binarySha256: shim.sha256 ?? sha256Of(shim.file!), shim, ...payloadPart };
   }
 
   private async install(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string,
@@ -473,7 +476,7 @@ export class Installer {
       this.changed.push(`${damaged ? 'repaired' : 'installed'} ${payloadDir} (${treeFiles(fetched.payload.dir).length} files)`);
     } else if (!exists || damaged) {
       if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
-      writeAtomically(binaryOnHost, fs.readFileSync(shim.file), 0o755);
+      writeAtomically(binaryOnHost, shim.data ?? fs.readFileSync(shim.file), 0o755);
       // The new folders' entries too, up to the first folder that was there before.
       const stop = createdForBinary && path.dirname(createdForBinary);
       for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));

@@ -5,9 +5,9 @@ import * as os from 'os';
 import * as path from 'path';
 import { unpackShim } from '../../src/installer/artifact';
 
-// The shim's sha256 is taken while the archive is checked, from the bytes extraction then
-// writes: it must be the extracted file's, however the archive names it. GNU tar is the
-// oracle that writes the archives.
+// The shim's bytes and sha256 are taken in the one pass that checks the archive (nothing is
+// extracted): they must be the file an extraction writes, however the archive names it. GNU
+// tar is the oracle that writes the archives and extracts them.
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-archive-hash-'));
 afterAll(() => fs.rmSync(work, { recursive: true, force: true }));
@@ -37,10 +37,29 @@ test.each([
     ['containerd-shim-rcmtest-v2', Buffer.from('first\n')],
     ['containerd-shim-rcmtest-v2', Buffer.from('second, extracted\n')],
   ], undefined],
-] as Array<[string, string, Array<[string, Buffer]>, ((p: string) => string) | undefined]>)('%s: the hash is the extracted file\'s', async (_what, name, entries, names) => {
+] as Array<[string, string, Array<[string, Buffer]>, ((p: string) => string) | undefined]>)('%s: the bytes and hash are the extracted file\'s', async (_what, name, entries, names) => {
   const file = archive(name, entries, names);
   const dir = fs.mkdtempSync(path.join(work, 'out-'));
-  const shim = await unpackShim(file, dir, 'rcmtest', `https://example.com/${name}.tgz`, limits);
-  expect(shim.sha256).toBe(sha256(fs.readFileSync(shim.file)));
+  execFileSync('tar', ['-xzf', file, '-C', dir]);
+  const extracted = fs.readFileSync(path.join(dir, entries[entries.length - 1][0]));
+  const shim = await unpackShim(file, 'rcmtest', `https://example.com/${name}.tgz`, limits);
+  expect(shim.data).toEqual(extracted);
+  expect(shim.sha256).toBe(sha256(extracted));
   expect(shim.sha256).toBe(sha256(entries[entries.length - 1][1]));
+});
+
+test('a path that is a file in one entry and a folder in another is refused (what extraction makes of it depends on the tool)', async () => {
+  // GIVEN an archive with a file "bin", then "bin/containerd-shim-rcmtest-v2"
+  const src = fs.mkdtempSync(path.join(work, 'src-'));
+  const tarFile = path.join(work, 'both.tar');
+  fs.writeFileSync(path.join(src, 'bin'), 'a file');
+  execFileSync('tar', ['-cf', tarFile, '-C', src, 'bin']);
+  fs.rmSync(path.join(src, 'bin'));
+  fs.mkdirSync(path.join(src, 'bin'));
+  fs.writeFileSync(path.join(src, 'bin', 'containerd-shim-rcmtest-v2'), 'shim', { mode: 0o755 });
+  execFileSync('tar', ['-rf', tarFile, '-C', src, 'bin/containerd-shim-rcmtest-v2']);
+  execFileSync('gzip', ['-f', tarFile]);
+  // WHEN the shim is looked for THEN the archive is refused
+  await expect(unpackShim(`${tarFile}.gz`, 'rcmtest', 'https://example.com/both.tgz', limits))
+    .rejects.toThrow(/refused: "bin" is both a file and a folder/);
 });
