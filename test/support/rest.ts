@@ -3,7 +3,16 @@ import * as https from 'https';
 
 /** A minimal API client for tests (the product's client is ESM, which jest cannot load). */
 export class Rest {
-  constructor(private readonly server: string, private readonly token: string, private readonly caFile: string) {}
+  private readonly agent: https.Agent | false;
+
+  /**
+   * @param keepAlive reuse connections (a benchmark's stand-ins, which send thousands of
+   *   requests as kubelets do over their one connection each; a TLS handshake per request
+   *   would load the API server with work no real cluster has)
+   */
+  constructor(private readonly server: string, private readonly token: string, private readonly caFile: string, keepAlive = false) {
+    this.agent = keepAlive ? new https.Agent({ keepAlive: true, maxSockets: 64, ca: fs.readFileSync(caFile) }) : false;
+  }
 
   request(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<any> {
     const url = new URL(path, this.server);
@@ -11,7 +20,7 @@ export class Rest {
       const req = https.request(url, {
         method,
         ca: fs.readFileSync(this.caFile),
-        agent: false,
+        agent: this.agent,
         headers: { Authorization: `Bearer ${this.token}`, Accept: 'application/json', ...(body ? { 'Content-Type': contentType } : {}) },
       }, res => {
         const chunks: Buffer[] = [];
@@ -34,6 +43,35 @@ export class Rest {
 
   patch(path: string, body: unknown): Promise<any> {
     return this.request('PATCH', path, body, 'application/merge-patch+json');
+  }
+
+  /**
+   * A JSON watch: `onEvent` for each event until the server ends it (resolves) or it fails
+   * (rejects); `stop()` ends it early.
+   */
+  watch(path: string, onEvent: (event: { type: string; object: any }) => void): { done: Promise<void>; stop: () => void } {
+    let req: ReturnType<typeof https.request> | undefined;
+    let stopped = false;
+    const done = new Promise<void>((resolve, reject) => {
+      req = https.request(new URL(path, this.server), {
+        ca: fs.readFileSync(this.caFile),
+        agent: false,
+        headers: { Authorization: `Bearer ${this.token}`, Accept: 'application/json' },
+      }, res => {
+        if ((res.statusCode ?? 0) >= 300) return reject(new Error(`WATCH ${path}: ${res.statusCode}`));
+        let rest = '';
+        res.on('data', (chunk: Buffer) => {
+          const lines = (rest + chunk.toString('utf8')).split('\n');
+          rest = lines.pop()!;
+          for (const line of lines) if (line.trim()) onEvent(JSON.parse(line));
+        });
+        res.on('end', () => resolve());
+        res.on('error', e => (stopped ? resolve() : reject(e)));
+      });
+      req.on('error', e => (stopped ? resolve() : reject(e)));
+      req.end();
+    });
+    return { done, stop: () => { stopped = true; req?.destroy(); } };
   }
 }
 
