@@ -1,8 +1,13 @@
 // HTTP(S)_PROXY and NO_PROXY, as curl and Go read them: plain http goes to the proxy in
 // absolute form; https is tunnelled through CONNECT, so TLS still ends at the origin.
 import * as http from 'http';
-import * as https from 'https';
-import * as tls from 'tls';
+import type * as Https from 'https';
+import type * as Tls from 'tls';
+
+// https and tls are loaded when an https URL is fetched, not at start-up (some 7 ms of
+// every run that fetches over http or copies the artifact out of an image).
+const https = () => process.getBuiltinModule('https') as typeof Https;
+const tls = () => process.getBuiltinModule('tls') as typeof Tls;
 
 function env(names: string[], from: NodeJS.ProcessEnv): string | undefined {
   for (const n of names) if (from[n]) return from[n];
@@ -30,7 +35,7 @@ export function proxyFor(url: URL, from: NodeJS.ProcessEnv = process.env): URL |
 export function get(url: URL, timeoutMs: number, onResponse: (res: http.IncomingMessage) => void): http.ClientRequest {
   const proxy = proxyFor(url);
   if (!proxy) {
-    return (url.protocol === 'https:' ? https : http).get(url, { timeout: timeoutMs, agent: false }, onResponse);
+    return (url.protocol === 'https:' ? https() : http).get(url, { timeout: timeoutMs, agent: false }, onResponse);
   }
   const credentials = `${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`;
   const auth = proxy.username ? { 'Proxy-Authorization': `Basic ${Buffer.from(credentials).toString('base64')}` } : {};
@@ -39,17 +44,17 @@ export function get(url: URL, timeoutMs: number, onResponse: (res: http.Incoming
     return http.get({ ...absoluteForm, timeout: timeoutMs, agent: false }, onResponse);
   }
   // https: a CONNECT tunnel, then TLS to the origin over it.
-  const agent = new https.Agent({ keepAlive: false });
-  (agent as any).createConnection = (_opts: unknown, callback: (err: Error | null, socket?: tls.TLSSocket) => void) => {
+  const agent = new (https().Agent)({ keepAlive: false });
+  (agent as any).createConnection = (_opts: unknown, callback: (err: Error | null, socket?: Tls.TLSSocket) => void) => {
     const connect = http.request({ host: proxy.hostname, port: proxy.port || 80, method: 'CONNECT', path: `${url.hostname}:${url.port || 443}`, headers: auth, timeout: timeoutMs });
     connect.on('connect', (res, socket) => {
       if (res.statusCode !== 200) return callback(new Error(`proxy ${proxy.host} refused CONNECT: HTTP ${res.statusCode}`));
-      callback(null, tls.connect({ socket, servername: url.hostname }));
+      callback(null, tls().connect({ socket, servername: url.hostname }));
     });
     connect.on('error', err => callback(err));
     // A proxy that accepts the connection but never answers CONNECT.
     connect.on('timeout', () => connect.destroy(new Error(`proxy ${proxy.host} did not answer CONNECT within ${timeoutMs} ms`)));
     connect.end();
   };
-  return https.get(url, { timeout: timeoutMs, agent }, onResponse);
+  return https().get(url, { timeout: timeoutMs, agent }, onResponse);
 }
