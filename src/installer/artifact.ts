@@ -11,14 +11,14 @@ const SHIM_BINARY = /^containerd-shim-([a-z0-9][-a-z0-9]*)-v([0-9]+)$/;
 interface ShimFacts {
   readonly name: string;
   readonly apiVersion: number;
-  /** Its sha256, when it was hashed as the archive was checked (the bytes in `data`). */
+  /** The sha256 of `data`. */
   readonly sha256?: string;
 }
 
 /**
- * The shim found in an artifact: a file (a bare binary, a payload's file), or the bytes of
- * an archive entry, held in memory from the one pass that checked the archive (they are
- * what extraction would have written; the installer writes them to the host itself).
+ * The shim found in an artifact: a payload's file, or its bytes (a bare binary, or an archive
+ * entry held in memory from the one pass that checked the archive: what extraction would
+ * have written), which the installer writes to the host itself.
  */
 export type ShimBinary = ShimFacts & ({ readonly file: string; readonly data?: undefined } | { readonly data: Buffer; readonly file?: undefined });
 
@@ -221,7 +221,8 @@ export async function unpackShim(artifact: string, shimName: string, sourceName:
     const m = SHIM_BINARY.exec(base);
     // A bare binary is named by its URL, or taken as the shim when the URL says nothing.
     const name = m && m[1] === shimName ? base : `containerd-shim-${shimName}-v2`;
-    return { file: artifact, name, apiVersion: Number(SHIM_BINARY.exec(name)![2]) };
+    const data = fs.readFileSync(artifact);
+    return { data, sha256: crypto.createHash('sha256').update(data).digest('hex'), name, apiVersion: Number(SHIM_BINARY.exec(name)![2]) };
   }
   throw fetchFailed('UnsupportedArtifact', 'the artifact is neither a .tar.gz nor an ELF binary');
 }

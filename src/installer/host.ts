@@ -205,6 +205,44 @@ export function writeAtomically(file: string, data: string | Buffer, mode = 0o64
   syncFolder(path.dirname(file));
 }
 
+/**
+ * writeAtomically for a program whose verified bytes are in hand: before the rename, the
+ * file is read back and compared with them byte for byte, while its fsync runs in the thread
+ * pool (both read the same page cache; the rename waits for both). Returns undefined, or the
+ * sha256 of what was read back when it differs: the file is then removed, never renamed into
+ * place.
+ */
+export async function writeVerified(file: string, data: Buffer, mode: number): Promise<string | undefined> {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const previous = fs.existsSync(file) ? fs.statSync(file) : undefined;
+  const tmp = `${file}.rcm-tmp-${process.pid}`;
+  const fd = fs.openSync(tmp, 'w', mode);
+  let readBack: Buffer;
+  try {
+    fs.writeFileSync(fd, data);
+    fs.fchmodSync(fd, mode);
+    if (previous) fs.fchownSync(fd, previous.uid, previous.gid);
+    const synced = new Promise<void>((resolve, reject) => fs.fsync(fd, e => (e ? reject(e) : resolve())));
+    let readError: unknown;
+    try {
+      readBack = fs.readFileSync(tmp);
+    } catch (e) {
+      readError = e;
+    }
+    await synced;
+    if (readError) throw readError;
+  } finally {
+    fs.closeSync(fd);
+  }
+  if (!readBack!.equals(data)) {
+    fs.rmSync(tmp, { force: true });
+    return crypto.createHash('sha256').update(readBack!).digest('hex');
+  }
+  fs.renameSync(tmp, file);
+  syncFolder(path.dirname(file));
+  return undefined;
+}
+
 /** Makes a folder's entries (a rename, a new file) durable. */
 export function syncFolder(folder: string): void {
   const fd = fs.openSync(folder, 'r');

@@ -9,7 +9,7 @@ import {
 import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download, takeLocal } from './fetch';
-import { containerdVersion, ContainerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically } from './host';
+import { containerdVersion, ContainerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically, writeVerified } from './host';
 import { hostLockPath, HostLockError, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { findHostTool } from './host-tools';
@@ -476,17 +476,18 @@ export class Installer {
       this.changed.push(`${damaged ? 'repaired' : 'installed'} ${payloadDir} (${treeFiles(fetched.payload.dir).length} files)`);
     } else if (!exists || damaged) {
       if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
-      writeAtomically(binaryOnHost, shim.data ?? fs.readFileSync(shim.file), 0o755);
-      // The new folders' entries too, up to the first folder that was there before.
-      const stop = createdForBinary && path.dirname(createdForBinary);
-      for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));
-      const written = sha256Of(binaryOnHost);
-      if (written !== fetched.binarySha256) {
+      // The shim's bytes (their sha256 is binarySha256; a payload's shim, a file, goes with its
+      // payload above): the file must read back as them.
+      const misread = await writeVerified(binaryOnHost, shim.data ?? fs.readFileSync(shim.file), 0o755);
+      if (misread !== undefined) {
         undoBinary();
         this.clearJournal(o.handler);
         throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
-          `${binary} reads back with sha256 ${written}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
+          `${binary} reads back with sha256 ${misread}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
       }
+      // The new folders' entries too, up to the first folder that was there before.
+      const stop = createdForBinary && path.dirname(createdForBinary);
+      for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));
       this.changed.push(`${damaged ? 'repaired' : 'installed'} ${binary}`);
     }
     await pauseForTests('binary-written');
