@@ -2,7 +2,9 @@
 // beside a bare baseline measured in the same run on the same containerd: curl + sha256sum +
 // tar + restart, done by shell one-liners. With RCM_BENCH_BEFORE=<git revision>, the
 // installer of that revision installs in the same rounds too. The installers run on the
-// Node.js of the images (24, cached by scripts/provision.sh), or on RCM_BENCH_NODE.
+// Node.js of the images (24, cached by scripts/provision.sh), or on RCM_BENCH_NODE, and, as in
+// the installer image, this revision's from a compile cache made by one run of `--help`
+// (RCM_BENCH_COMPILE_CACHE=0: without; the revision before had none in its image).
 //
 //   npx ts-node --transpile-only -P tsconfig.json bench/installer.bench.ts [rounds]
 //   e.g. RCM_BENCH_BEFORE=9f246cb ... bench/installer.bench.ts 7
@@ -22,6 +24,7 @@ const rounds = Number(process.argv[2] ?? 5);
 const BEFORE = process.env.RCM_BENCH_BEFORE;
 /** The installer runs on the images' Node.js (24), not on whatever runs this script. */
 const NODE = process.env.RCM_BENCH_NODE ?? (fs.existsSync(NODE_24) ? NODE_24 : process.execPath);
+const COMPILE_CACHE = process.env.RCM_BENCH_COMPILE_CACHE !== '0';
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -88,7 +91,11 @@ function phases(wall: number, t: Record<string, number>): Figures {
 
 async function main(): Promise<void> {
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-bench-'));
-  const installer = bundle('.', path.join(work, 'rcm-node-installer.js'));
+  fs.mkdirSync(path.join(work, 'lib'));
+  const installer = bundle('.', path.join(work, 'lib', 'rcm-node-installer.js'));
+  // As images/Dockerfile makes it: beside the bundle, by one run of --help.
+  const cacheEnv = { NODE_COMPILE_CACHE: path.join(work, 'lib', 'compile-cache'), NODE_COMPILE_CACHE_PORTABLE: '1' };
+  if (COMPILE_CACHE) execFileSync(NODE, [installer, '--help'], { stdio: 'ignore', env: { ...process.env, ...cacheEnv } });
   const before = BEFORE ? bundleAt(BEFORE, work) : undefined;
   fs.mkdirSync(path.join(work, 'shim'));
   fs.copyFileSync('/usr/bin/containerd-shim-runc-v2', path.join(work, 'shim', 'containerd-shim-bench-v2'));
@@ -106,13 +113,14 @@ async function main(): Promise<void> {
   const old: Figures[] = [];
   const base: Figures[] = [];
   const install = async (bundleFile: string): Promise<Figures> => {
+    const env = { ...process.env, ...(COMPILE_CACHE && bundleFile === installer ? cacheEnv : {}) };
     const resultFile = path.join(work, 'result.json');
     const args = ['--host-root=/', `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`, `--config=${daemon.config}`,
       `--socket=${daemon.socket}`, '--distro=containerd', '--restart=command', `--restart-command=${daemon.restartCommand}`,
       '--handler=bench', `--result-file=${resultFile}`];
-    const wall = await timed(() => run(NODE, [bundleFile, 'install', `--location=${url}`, `--sha256=${sha256}`, ...args]));
+    const wall = await timed(() => run(NODE, [bundleFile, 'install', `--location=${url}`, `--sha256=${sha256}`, ...args], { env }));
     const figures = phases(wall, JSON.parse(fs.readFileSync(resultFile, 'utf8')).timings);
-    await run(NODE, [bundleFile, 'uninstall', ...args]);
+    await run(NODE, [bundleFile, 'uninstall', ...args], { env });
     return figures;
   };
   try {
@@ -157,7 +165,8 @@ async function main(): Promise<void> {
   const show = (v: number | undefined, width = 10) => (v === undefined ? '-' : v.toFixed(1)).padStart(width);
   const ratio = (a: number | undefined, b: number | undefined) => (a !== undefined && b ? `${(a / b).toFixed(2)}x` : '-').padStart(8);
   const nodeVersion = execFileSync(NODE, ['--version'], { encoding: 'utf8' }).trim();
-  console.log(`rcm-node-installer install vs. bare baseline, median of ${rounds} rounds (ms), containerd 1.6 on loopback, installers on Node.js ${nodeVersion}`);
+  console.log(`rcm-node-installer install vs. bare baseline, median of ${rounds} rounds (ms), containerd 1.6 on loopback, installers on Node.js ${nodeVersion}`
+    + (COMPILE_CACHE ? ', rcm from its compile cache as in its image' : ''));
   console.log(`${'phase'.padEnd(16)}${'rcm'.padStart(10)}${'baseline'.padStart(10)}${'ratio'.padStart(8)}`
     + `${before ? `${`before (${BEFORE})`.padStart(20)}${'ratio'.padStart(8)}` : ''}   what`);
   for (const [phase, what] of rows) {

@@ -20,6 +20,10 @@ function writeResult(file: string, result: InstallResult, log: Logger): void {
 }
 
 async function main(): Promise<number> {
+  // The image points Node.js at the bundle's compile cache (read once, at start-up). Host
+  // commands must not inherit that: a Node.js program run on the host would write a cache there.
+  delete process.env.NODE_COMPILE_CACHE;
+  delete process.env.NODE_COMPILE_CACHE_PORTABLE;
   let options: InstallerOptions | 'help';
   const jsonLogs = process.argv.includes('--json-logs') || process.env.RCM_JSON_LOGS === 'true';
   let log = new Logger(jsonLogs);

@@ -1,3 +1,4 @@
+import { spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
@@ -24,6 +25,13 @@ afterAll(async () => {
 test('the installer image runs rcm-node-installer on Node.js 24', () => {
   const help = daemon.ctr(['-n', 'rcm', 'run', '--rm', INSTALLER_IMAGE, 'installer-help']);
   expect(help).toContain('Usage: rcm-node-installer install|uninstall|status');
+});
+
+test('the installer image starts from the compile cache it was built with', () => {
+  const run = spawnSync('ctr', ['--address', daemon.socket, '-n', 'rcm', 'run', '--rm', '--env', 'NODE_DEBUG_NATIVE=COMPILE_CACHE', INSTALLER_IMAGE, 'installer-cache'],
+    { encoding: 'utf8' });
+  expect(run.stdout).toContain('Usage: rcm-node-installer');
+  expect(run.stderr).toContain('V8 code cache for CommonJS /usr/local/lib/rcm/rcm-node-installer.js was accepted');
 });
 
 test('the installer image takes the host lock with its own flock (an uninstall of nothing)', () => {

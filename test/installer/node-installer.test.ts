@@ -298,6 +298,25 @@ describe('install, run, uninstall on a real containerd', () => {
     expect(uninstall.result.outcome).toBe('uninstalled');
   });
 
+  test('with a compile cache, as the image runs it: Node.js 24 starts from the cache; host commands do not inherit it', async () => {
+    // GIVEN the bundle's compile cache, made as the image's build makes it
+    const cache = path.join(work, 'compile-cache');
+    const env = { NODE_COMPILE_CACHE: cache, NODE_COMPILE_CACHE_PORTABLE: '1' };
+    await runInstaller('--help', [], env, NODE_24);
+    expect(fs.readdirSync(cache, { recursive: true }).length).toBeGreaterThan(0);
+    // WHEN an install runs with it, its restart command recording the environment it gets
+    const seen = path.join(work, 'restart-env');
+    const install = await runInstaller('install', [...hostArgs(), `--location=${base}/good.tgz`, `--sha256=${sha(artifacts['good.tgz'])}`,
+      `--restart-command=env > ${seen}; ${daemon.restartCommand}`], { ...env, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' }, NODE_24);
+    // THEN Node.js took the bundle's code from the cache, and the host command saw none of it
+    expect(install.code).toBe(0);
+    expect(install.stderr).toMatch(/V8 code cache for CommonJS \S+ was accepted/);
+    const restartEnv = fs.readFileSync(seen, 'utf8');
+    expect(restartEnv).toMatch(/^PATH=/m);
+    expect(restartEnv).not.toMatch(/NODE_COMPILE_CACHE/);
+    expect((await runInstaller('uninstall', hostArgs(), env, NODE_24)).result.outcome).toBe('uninstalled');
+  });
+
   test('inputs come from RCM_* environment variables too', async () => {
     const r = await runInstaller('status', [], { RCM_HANDLER: 'rcmtest', RCM_HOST_ROOT: '/', RCM_INSTALL_ROOT: path.join(daemon.dir, 'opt', 'rcm'), RCM_CONFIG: daemon.config, RCM_DISTRO: 'containerd' });
     expect(r.code).toBe(0);

@@ -7,7 +7,8 @@ import { NODE_24 } from './tools';
 
 // The controller and node-installer images as OCI tarballs, without a Docker engine: the
 // official Node.js 24 binary and the shared libraries it needs, nsenter and flock for the installer,
-// and the esbuild bundles, with the Dockerfiles' entrypoints.
+// and the esbuild bundles (the installer's with its compile cache), with the Dockerfiles'
+// entrypoints and environment.
 
 export const CONTROLLER_IMAGE = 'docker.io/library/rcm-controller:test';
 export const INSTALLER_IMAGE = 'docker.io/library/rcm-node-installer:test';
@@ -22,6 +23,26 @@ function withLibraries(binary: string, target: string): LayerFile[] {
 
 function bundle(entry: string, outfile: string): void {
   buildSync({ entryPoints: [entry], bundle: true, platform: 'node', target: 'node20', outfile, logLevel: 'error' });
+}
+
+/**
+ * V8's compile cache of the installer bundle, made as the Dockerfile makes it (one run of
+ * `--help` with NODE_COMPILE_CACHE set), for the bundle at `/usr/local/lib/rcm/`: the bundle
+ * runs from a folder laid out as there, and the portable cache names it relative to itself.
+ * Returns the cache's files as layer files.
+ */
+function installerCompileCache(bundleFile: string, dir: string): LayerFile[] {
+  const lib = path.join(dir, 'installer-lib');
+  fs.rmSync(lib, { recursive: true, force: true });
+  fs.mkdirSync(lib);
+  fs.copyFileSync(bundleFile, path.join(lib, 'rcm-node-installer.js'));
+  execFileSync(NODE_24, [path.join(lib, 'rcm-node-installer.js'), '--help'], {
+    stdio: 'ignore', env: { PATH: process.env.PATH, NODE_COMPILE_CACHE: path.join(lib, 'compile-cache'), NODE_COMPILE_CACHE_PORTABLE: '1' },
+  });
+  const files = fs.readdirSync(path.join(lib, 'compile-cache'), { recursive: true }).map(String)
+    .filter(f => fs.statSync(path.join(lib, 'compile-cache', f)).isFile());
+  if (files.length === 0) throw new Error('node wrote no compile cache for the installer bundle');
+  return files.map(f => ({ source: path.join(lib, 'compile-cache', f), target: `/usr/local/lib/rcm/compile-cache/${f}`, mode: 0o644 }));
 }
 
 /** Builds both images into `dir`; returns the tarball paths. */
@@ -47,8 +68,10 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
     // and a static busybox that copies artifacts out of images without a shell (Debian's busybox-static).
     files: [...node, ...withLibraries('/usr/bin/nsenter', '/usr/bin/nsenter'), ...withLibraries('/usr/bin/flock', '/usr/bin/flock'),
       { source: '/bin/busybox', target: '/usr/local/lib/rcm/busybox', mode: 0o755 },
-      { source: path.join(dir, 'rcm-node-installer.js'), target: '/usr/local/lib/rcm/rcm-node-installer.js', mode: 0o644 }],
+      { source: path.join(dir, 'rcm-node-installer.js'), target: '/usr/local/lib/rcm/rcm-node-installer.js', mode: 0o644 },
+      ...installerCompileCache(path.join(dir, 'rcm-node-installer.js'), dir)],
     directories: ['/tmp'],
+    env: ['PATH=/bin:/usr/bin', 'NODE_COMPILE_CACHE=/usr/local/lib/rcm/compile-cache', 'NODE_COMPILE_CACHE_PORTABLE=1'],
     entrypoint: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-installer.js'],
     cmd: ['--help'],
   }, installer);
