@@ -58,6 +58,44 @@ export function canonical(value: unknown): string {
 
 const same = (a: unknown, b: unknown) => canonical(a ?? null) === canonical(b ?? null);
 
+const DECIMAL_SUFFIX: Record<string, number> = { n: -9, u: -6, m: -3, k: 3, M: 6, G: 9, T: 12, P: 15, E: 18 };
+const BINARY_SUFFIX: Record<string, number> = { Ki: 10, Mi: 20, Gi: 30, Ti: 40, Pi: 50, Ei: 60 };
+
+/**
+ * A resource quantity's value in units of 10^-9, rounded up as the API server rounds, or
+ * undefined for text that is no quantity. The API server stores a quantity in its canonical
+ * form (cpu `0.5` comes back as `500m`, memory `1024Ki` as `1Mi`), so quantities compare by
+ * value: text would never match, and the RuntimeClass would be applied again on every pass.
+ */
+export function quantityNanos(quantity: unknown): bigint | undefined {
+  if (typeof quantity === 'number') quantity = String(quantity);
+  if (typeof quantity !== 'string') return undefined;
+  const m = /^([+-]?)(\d*)(?:\.(\d*))?(?:(Ki|Mi|Gi|Ti|Pi|Ei)|([numkMGTPE])|[eE]([+-]?\d+))?$/.exec(quantity);
+  if (!m || (m[2] === '' && !m[3])) return undefined;
+  const [, sign, whole, fraction = '', binary, decimal, exponent] = m;
+  let numerator = BigInt(`${whole}${fraction}` || '0') * 10n ** 9n;
+  let denominator = 10n ** BigInt(fraction.length);
+  if (binary) numerator *= 2n ** BigInt(BINARY_SUFFIX[binary]);
+  const power = decimal ? DECIMAL_SUFFIX[decimal] : exponent ? Number(exponent) : 0;
+  if (Math.abs(power) > 100) return undefined;
+  if (power >= 0) numerator *= 10n ** BigInt(power);
+  else denominator *= 10n ** BigInt(-power);
+  const value = (numerator + denominator - 1n) / denominator;
+  return sign === '-' ? -value : value;
+}
+
+/** Two `overhead` values alike: the same resources, each of the same quantity. */
+function sameOverhead(a: unknown, b: unknown): boolean {
+  const podFixed = (o: unknown) => (o as { podFixed?: Record<string, unknown> } | undefined)?.podFixed;
+  const [x, y] = [podFixed(a), podFixed(b)];
+  if (!x || !y || Object.keys(a as object).length !== 1 || Object.keys(b as object).length !== 1) return same(a, b);
+  const keys = Object.keys(x);
+  return keys.length === Object.keys(y).length && keys.every(k => {
+    const [qx, qy] = [quantityNanos(x[k]), quantityNanos(y[k])];
+    return qx !== undefined && qy !== undefined ? qx === qy : same(x[k], y[k]);
+  });
+}
+
 const carries = (live: Record<string, string> | undefined, wanted: Record<string, string> | undefined) =>
   Object.entries(wanted ?? {}).every(([k, v]) => live?.[k] === v);
 
@@ -113,7 +151,7 @@ export function planRuntimeClass(shim: ShimObject, keys: RecordKeys, existing: R
   const replace = current.handler !== desired.handler;
   const cleanup = replace ? undefined : cleanupOf(current, desired);
   const inShape = ours && !replace && !cleanup && same(current.nodeSelector, desired.scheduling.nodeSelector)
-    && same(current.tolerations, desired.scheduling.tolerations) && same(current.overhead, desired.overhead)
+    && same(current.tolerations, desired.scheduling.tolerations) && sameOverhead(current.overhead, desired.overhead)
     && carries(current.labels, desired.metadata.labels) && carries(current.annotations, desired.metadata.annotations);
   if (inShape) return { actions };
   return { actions: [...actions, { kind: 'applyRuntimeClass', object: desired, replace, ...(cleanup ? { cleanup } : {}) }] };

@@ -358,7 +358,7 @@ test('the RuntimeClass follows spec.runtimeClass: metadata, overhead and tolerat
   const toleration = { key: 'wasm', operator: 'Exists', effect: 'NoSchedule' };
   // WHEN the spec gives labels, annotations, an overhead and tolerations
   await admin.patch(`${shimsPath}/spin`, {
-    spec: { runtimeClass: { labels: { team: 'wasm' }, annotations: { 'example.com/owner': 'platform' }, overhead: { podFixed: { memory: '64Mi' } }, tolerations: [toleration] } },
+    spec: { runtimeClass: { labels: { team: 'wasm' }, annotations: { 'example.com/owner': 'platform' }, overhead: { podFixed: { memory: '65536Ki', cpu: '0.25' } }, tolerations: [toleration] } },
   });
   // THEN the RuntimeClass carries them, beside what the GitOps apply had put there
   const rc = await eventually(async () => {
@@ -367,8 +367,17 @@ test('the RuntimeClass follows spec.runtimeClass: metadata, overhead and tolerat
   }, 30_000, diagnostics);
   expect(rc.metadata.labels).toMatchObject({ 'team': 'wasm', 'app.kubernetes.io/managed-by': 'runtime-class-manager' });
   expect(rc.metadata.annotations).toMatchObject({ 'example.com/owner': 'platform', [ShimNodeLabels.ADOPT_ANNOTATION]: 'spin' });
-  expect(rc.overhead).toEqual({ podFixed: { memory: '64Mi' } });
+  // (the API server stores quantities in their canonical form)
+  expect(rc.overhead).toEqual({ podFixed: { memory: '64Mi', cpu: '250m' } });
   expect(rc.scheduling).toEqual({ nodeSelector: { [KEY('spin')]: 'spin' }, tolerations: [toleration] });
+  // AND once in shape it is left alone: the canonical quantities are the spec's, so later passes do not apply it again
+  await sleep(2000);
+  const settled = (await admin.get(rcPath)).metadata.resourceVersion;
+  for (let i = 0; i < 3; i++) {
+    await admin.patch(`${shimsPath}/spin`, { metadata: { annotations: { 'example.com/pass': String(i) } } });
+    await sleep(1500);
+  }
+  expect((await admin.get(rcPath)).metadata.resourceVersion).toBe(settled);
 
   // GIVEN the app's manager holds the overhead and tolerations too (as when the app synthesized them, before the upgrade)
   cp.kubectl(['apply', '--server-side', '--field-manager=argocd', '-f', '-'], {

@@ -1,7 +1,7 @@
 import { POLICY, World } from './planner-world';
 import { readRecord, recordKeys } from '../../src/runtime/node-record';
 import { backoffSeconds, FINALIZER, jobName, maxInFlight, plan, PlanInput, RETRY_ANNOTATION, revisionOf } from '../../src/runtime/planner';
-import { desiredRuntimeClass, METADATA_DIGEST_ANNOTATION } from '../../src/runtime/runtime-class';
+import { desiredRuntimeClass, METADATA_DIGEST_ANNOTATION, quantityNanos } from '../../src/runtime/runtime-class';
 import { Action, Condition, JobView, NodeView, RuntimeClassView, ShimObject, ShimSpec } from '../../src/runtime/types';
 import { ShimNodeLabels } from '../../src/shared/node-labels';
 
@@ -603,6 +603,26 @@ describe('the controller writes the RuntimeClass from spec.runtimeClass', () => 
     expect(apply[0].replace).toBe(false);
     expect(apply[0].object).toEqual(desiredRuntimeClass(wanted, KEYS));
     expect(apply[0].cleanup).toEqual(cleanup);
+  });
+
+  test('an overhead the API server stored in its canonical form is in shape (not applied again on every pass)', () => {
+    // GIVEN a spec whose overhead quantities are written unlike the API server's canonical form
+    const s = shim({ runtimeClass: { ...spec, overhead: { podFixed: { cpu: '0.5', memory: '1024Ki' } } } });
+    // WHEN the live RuntimeClass shows them canonical (as a real 1.20 API server stores them)
+    const live = liveView(s, { overhead: { podFixed: { cpu: '500m', memory: '1Mi' } } });
+    // THEN nothing is applied
+    expect(kinds(run({ shim: s, runtimeClasses: [live] }).actions, 'applyRuntimeClass')).toEqual([]);
+    // AND a quantity that really differs is applied
+    expect(kinds(run({ shim: s, runtimeClasses: [liveView(s, { overhead: { podFixed: { cpu: '501m', memory: '1Mi' } } })] }).actions, 'applyRuntimeClass')).toHaveLength(1);
+    expect(kinds(run({ shim: s, runtimeClasses: [liveView(s, { overhead: { podFixed: { cpu: '500m' } } })] }).actions, 'applyRuntimeClass')).toHaveLength(1);
+  });
+
+  test.each<[string, bigint | undefined]>([
+    ['500m', 500_000_000n], ['0.5', 500_000_000n], ['.5', 500_000_000n], ['5e-1', 500_000_000n], ['1', 1_000_000_000n],
+    ['1Mi', 1_048_576_000_000_000n], ['1024Ki', 1_048_576_000_000_000n], ['1M', 1_000_000_000_000_000n], ['1E3', 1_000_000_000_000n],
+    ['1n', 1n], ['0.1n', 1n], ['-2', -2_000_000_000n], ['', undefined], ['m', undefined], ['1Mb', undefined], ['abc', undefined],
+  ])('the quantity %p is %p nano-units', (text, nanos) => {
+    expect(quantityNanos(text)).toBe(nanos);
   });
 
   test('a label someone else added stays (only the keys the spec gives are the controller\'s)', () => {
