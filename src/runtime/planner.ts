@@ -128,8 +128,14 @@ export function jobName(shim: string, node: string, operation: Operation, handle
   return `rcm-${prefix}-${operation === 'install' ? 'i' : 'u'}-${hash(shim, node, operation, handler, revision, attempt, salt).slice(0, 12)}`;
 }
 
-/** The delay before attempt `failed + 1`: doubled per failure, bounded. */
+/**
+ * The delay before attempt `failed + 1`: doubled per failure, bounded. A node that failed as
+ * often as allowed waits the longest delay between attempts: its failures are likely to be
+ * of the kind that repeats (a containerd that refuses the change), and every attempt
+ * restarts its containerd; the retry annotation retries it at once.
+ */
 export function backoffSeconds(policy: RetryPolicy, failed: number): number {
+  if (failed >= policy.failureThreshold) return policy.maxSeconds;
   return Math.min(policy.maxSeconds, policy.baseSeconds * 2 ** Math.max(0, failed - 1));
 }
 

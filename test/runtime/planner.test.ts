@@ -390,8 +390,26 @@ describe('I6: failures are handled like an operator would', () => {
     expect(w.nodes.get('a')!.annotations[KEYS.failure]).toBeUndefined();
   });
 
-  test('backoff doubles and is bounded', () => {
-    expect([1, 2, 3, 4, 5].map(n => backoffSeconds(POLICY, n))).toEqual([10, 20, 40, 80, 80]);
+  test('backoff doubles and is bounded; once failureThreshold is reached, the longest delay (README)', () => {
+    expect([1, 2, 3, 4, 5].map(n => backoffSeconds(POLICY, n))).toEqual([10, 20, 80, 80, 80]);
+    expect([1, 2, 3, 4, 5].map(n => backoffSeconds({ ...POLICY, failureThreshold: 5 }, n))).toEqual([10, 20, 40, 80, 80]);
+  });
+
+  test('a failed node (failureThreshold reached) is retried every maxRetryBackoff, not at the doubled delay', () => {
+    // GIVEN node a failed its third install (the threshold) at NOW - 60 s
+    const s = shim();
+    const at = new Date(Date.parse(NOW) - 60_000).toISOString();
+    const failure = { operation: 'install', handler: 'spin', revision: rev(s), attempt: 3, reason: 'RestartFailedRolledBack', message: 'y', at };
+    const n = node('a', { [KEYS.state]: 'failed' }, { [KEYS.failure]: JSON.stringify(failure) });
+    // WHEN 60 s have passed (the doubled delay would be 40 s)
+    const { actions, status, requeueAfterSeconds } = run({ shim: s, nodes: [n] });
+    // THEN it is not retried yet, and its next attempt is at + 80 s (maxSeconds)
+    expect(created(actions)).toEqual([]);
+    expect(status.failedNodes[0]).toMatchObject({ attempts: 3, nextAttempt: new Date(Date.parse(at) + 80_000).toISOString() });
+    expect(requeueAfterSeconds).toBe(20);
+    // AND once those have passed it is
+    const later = new Date(Date.parse(at) + 80_000).toISOString();
+    expect(created(plan({ shim: s, nodes: [n], jobs: [], otherShims: [], runtimeClasses: [], retry: POLICY, now: later }).actions)).toEqual(['a:install:spin']);
   });
 
   test('a node that keeps failing stops the rollout with Degraded; fixing the cause recovers at the next backoff', () => {
