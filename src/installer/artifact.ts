@@ -88,7 +88,17 @@ export interface ArchiveScan {
    * sha256, as extraction would write them (the last of two entries of one path wins, as there).
    */
   readonly kept: Map<string, { readonly data: Buffer; readonly sha256: string }>;
+  /** Entries the scan was asked to keep but did not hold: more than it may hold (see scanArchive's `hold`). */
+  readonly notHeld: string[];
 }
+
+/**
+ * The most a scan of bytes not verified yet holds in memory (the download's own pass): an
+ * archive that inflates a large "shim" must not fill the installer's memory (its pod's limit
+ * is 512Mi, the extraction limit 1 GiB) before its sha256 is even checked. A larger shim is
+ * read again from the verified file.
+ */
+export const UNVERIFIED_HOLD_BYTES = 128 * 1024 * 1024;
 
 /** A pass over a .tar.gz fed through `input` (gzip bytes, in order); `result` never rejects. */
 export interface ArchiveScanner {
@@ -101,16 +111,18 @@ export interface ArchiveScanner {
  * from a file), entry header by entry header: unsafe paths, links and special files, paths
  * that are a file and a folder at once, and the limits, checked before an entry's data is
  * inflated (the scan stops at the first entry over a limit, so a decompression bomb is never
- * inflated). The entries `keep` picks are held in memory with their sha256: they are bounded
- * by the limits, and the installer would read the shim into memory to write it anyway. No
- * byte is written anywhere, and nothing of the result may be used before the artifact's
- * sha256 was checked: the scan reads bytes that are not verified yet.
+ * inflated). The entries `keep` picks are held in memory with their sha256, up to `hold` bytes
+ * in all (those past it are listed in `notHeld`). No byte is written anywhere, and nothing
+ * of the result may be used before the artifact's sha256 was checked: the scan may read
+ * bytes that are not verified yet.
  */
-export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => boolean): ArchiveScanner {
+export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => boolean, hold = UNVERIFIED_HOLD_BYTES): ArchiveScanner {
   const gunzip = zlib.createGunzip({ chunkSize: CHUNK_BYTES });
   const result = new Promise<ArchiveScan>(resolve => {
     const problems: string[] = [];
     const kept = new Map<string, { data: Buffer; sha256: string }>();
+    const notHeld = new Set<string>();
+    let held = 0;
     /** What each path is once extracted (its parent folders are folders), to refuse a path that is both. */
     const kinds = new Map<string, 'file' | 'folder'>();
     const files: string[] = [];
@@ -123,7 +135,7 @@ export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => 
       if (problem) problems.push(problem);
       gunzip.destroy();
       // Files a later entry replaced by a folder are not kept (kept map entries were removed then).
-      resolve({ problems, files: files.filter(f => kinds.get(f) === 'file'), kept });
+      resolve({ problems, files: files.filter(f => kinds.get(f) === 'file'), kept, notHeld: [...notHeld] });
     };
     const claim = (p: string, kind: 'file' | 'folder') => {
       const parts = p.split('/');
@@ -150,8 +162,16 @@ export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => 
         if (bytes > limits.maxBytes) return finish(`unpacks to more than ${limits.maxBytes} bytes (--max-extracted-size)`);
         const normalised = path.posix.normalize(p).replace(/\/+$/, '');
         if (normalised !== '.' && problems.length === 0) claim(normalised, isFolder ? 'folder' : 'file');
+        const replaced = kept.get(normalised);
+        if (replaced) held -= replaced.data.length;
         kept.delete(normalised);
-        if (!isFolder && problems.length === 0 && keep(normalised)) {
+        notHeld.delete(normalised);
+        const wanted = !isFolder && problems.length === 0 && keep(normalised);
+        if (wanted && held + (entry.size ?? 0) > hold) {
+          notHeld.add(normalised);
+          entry.resume();
+        } else if (wanted) {
+          held += entry.size ?? 0;
           // The header's size was checked against the limits above; the parser delivers exactly that many bytes.
           const data = Buffer.allocUnsafe(entry.size ?? 0);
           const hash = crypto.createHash('sha256');
@@ -178,8 +198,8 @@ export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => 
 }
 
 /** One pass over a .tar.gz file (see scanArchive). */
-function scanFile(archive: string, limits: ExtractLimits, keep: (entryPath: string) => boolean): Promise<ArchiveScan> {
-  const scanner = scanArchive(limits, keep);
+function scanFile(archive: string, limits: ExtractLimits, keep: (entryPath: string) => boolean, hold?: number): Promise<ArchiveScan> {
+  const scanner = scanArchive(limits, keep, hold);
   const input = fs.createReadStream(archive, { highWaterMark: CHUNK_BYTES });
   input.on('error', e => scanner.input.destroy(new Error(`cannot read the artifact: ${e.message}`)));
   input.pipe(scanner.input);
@@ -200,20 +220,26 @@ export function isShimEntry(shimName: string): (entryPath: string) => boolean {
 export async function unpackShim(artifact: string, shimName: string, sourceName: string,
   limits: ExtractLimits, scanned?: Promise<ArchiveScan>): Promise<ShimBinary> {
   if (startsWith(artifact, GZIP)) {
-    const scan = await (scanned ?? scanFile(artifact, limits, isShimEntry(shimName)));
+    let scan = await (scanned ?? scanFile(artifact, limits, isShimEntry(shimName), Infinity));
     refuseProblems(scan);
-    const candidates: ShimBinary[] = [];
+    // A shim too large to hold while unverified is read from the file, verified by now.
+    if (scan.notHeld.length > 0) {
+      scan = await scanFile(artifact, limits, isShimEntry(shimName), Infinity);
+      refuseProblems(scan);
+    }
+    const candidates: (ShimBinary & { entryPath: string })[] = [];
     for (const [entryPath, { data, sha256 }] of scan.kept) {
       const name = path.posix.basename(entryPath);
-      candidates.push({ data, sha256, name, apiVersion: Number(SHIM_BINARY.exec(name)![2]) });
+      candidates.push({ data, sha256, name, apiVersion: Number(SHIM_BINARY.exec(name)![2]), entryPath });
     }
     if (candidates.length === 0) {
       throw fetchFailed('ShimNotFound', `the archive has no containerd-shim-${shimName}-v<N>; it holds: ${scan.files.slice(0, 20).join(', ') || 'nothing'}`);
     }
     if (candidates.length > 1) {
-      throw fetchFailed('AmbiguousShim', `the archive holds several shims named ${shimName}: ${candidates.map(c => c.name).join(', ')}`);
+      throw fetchFailed('AmbiguousShim', `the archive holds several shims named ${shimName}: ${candidates.map(c => c.entryPath).join(', ')}`);
     }
-    return candidates[0];
+    const { entryPath: _, ...shim } = candidates[0];
+    return shim;
   }
   if (startsWith(artifact, ELF)) {
     // A URL's path, or an image's path (`reference:/path`) for an artifact copied out of an image.

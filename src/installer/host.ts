@@ -194,12 +194,18 @@ export function writeAtomically(file: string, data: string | Buffer, mode = 0o64
   const tmp = `${file}.rcm-tmp-${process.pid}`;
   const fd = fs.openSync(tmp, 'w', mode);
   try {
-    fs.writeFileSync(fd, data);
-    fs.fchmodSync(fd, mode);
-    if (previous) fs.fchownSync(fd, previous.uid, previous.gid);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
+    try {
+      fs.writeFileSync(fd, data);
+      fs.fchmodSync(fd, mode);
+      if (previous) fs.fchownSync(fd, previous.uid, previous.gid);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch (e) {
+    // A full disk or an I/O error: no half-written temp file stays behind.
+    fs.rmSync(tmp, { force: true });
+    throw e;
   }
   fs.renameSync(tmp, file);
   syncFolder(path.dirname(file));
@@ -219,20 +225,26 @@ export async function writeVerified(file: string, data: Buffer, mode: number): P
   const fd = fs.openSync(tmp, 'w', mode);
   let readBack: Buffer;
   try {
-    fs.writeFileSync(fd, data);
-    fs.fchmodSync(fd, mode);
-    if (previous) fs.fchownSync(fd, previous.uid, previous.gid);
-    const synced = new Promise<void>((resolve, reject) => fs.fsync(fd, e => (e ? reject(e) : resolve())));
-    let readError: unknown;
     try {
-      readBack = fs.readFileSync(tmp);
-    } catch (e) {
-      readError = e;
+      fs.writeFileSync(fd, data);
+      fs.fchmodSync(fd, mode);
+      if (previous) fs.fchownSync(fd, previous.uid, previous.gid);
+      const synced = new Promise<void>((resolve, reject) => fs.fsync(fd, e => (e ? reject(e) : resolve())));
+      let readError: unknown;
+      try {
+        readBack = fs.readFileSync(tmp);
+      } catch (e) {
+        readError = e;
+      }
+      await synced;
+      if (readError) throw readError;
+    } finally {
+      fs.closeSync(fd);
     }
-    await synced;
-    if (readError) throw readError;
-  } finally {
-    fs.closeSync(fd);
+  } catch (e) {
+    // A full disk or an I/O error: no half-written temp file stays behind.
+    fs.rmSync(tmp, { force: true });
+    throw e;
   }
   if (!readBack!.equals(data)) {
     fs.rmSync(tmp, { force: true });

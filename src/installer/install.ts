@@ -478,7 +478,15 @@ export class Installer {
       if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
       // The shim's bytes (their sha256 is binarySha256; a payload's shim, a file, goes with its
       // payload above): the file must read back as them.
-      const misread = await writeVerified(binaryOnHost, shim.data ?? fs.readFileSync(shim.file), 0o755);
+      let misread: string | undefined;
+      try {
+        misread = await writeVerified(binaryOnHost, shim.data ?? fs.readFileSync(shim.file), 0o755);
+      } catch (e) {
+        // A full disk or an I/O error: what this run created goes, and the node is as it was.
+        undoBinary();
+        this.clearJournal(o.handler);
+        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed', `${binary} could not be written: ${(e as Error).message}`);
+      }
       if (misread !== undefined) {
         undoBinary();
         this.clearJournal(o.handler);

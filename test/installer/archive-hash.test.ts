@@ -3,7 +3,7 @@ import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { unpackShim } from '../../src/installer/artifact';
+import { scanArchive, isShimEntry, UNVERIFIED_HOLD_BYTES, unpackShim } from '../../src/installer/artifact';
 
 // The shim's bytes and sha256 are taken in the one pass that checks the archive (nothing is
 // extracted): they must be the file an extraction writes, however the archive names it. GNU
@@ -63,3 +63,47 @@ test('a path that is a file in one entry and a folder in another is refused (wha
   await expect(unpackShim(`${tarFile}.gz`, 'rcmtest', 'https://example.com/both.tgz', limits))
     .rejects.toThrow(/refused: "bin" is both a file and a folder/);
 });
+
+/** The scan a download runs, fed from a file as the network would feed it. */
+function scanAsDownloaded(file: string, scanLimits: typeof limits, hold?: number) {
+  const scanner = scanArchive(scanLimits, isShimEntry('rcmtest'), hold);
+  fs.createReadStream(file).pipe(scanner.input);
+  return scanner.result;
+}
+
+test('a shim larger than what a scan of unverified bytes may hold is not held, and is read from the verified file instead', async () => {
+  // GIVEN an archive whose shim is 3 MiB, scanned as it downloads with room for 1 MiB
+  const data = crypto.randomBytes(3 * 1024 * 1024);
+  const file = archive('large', [['containerd-shim-rcmtest-v2', data]]);
+  const scan = await scanAsDownloaded(file, limits, 1024 * 1024);
+  // THEN the download's scan holds nothing of it, and says so
+  expect(scan.problems).toEqual([]);
+  expect(scan.kept.size).toBe(0);
+  expect(scan.notHeld).toEqual(['containerd-shim-rcmtest-v2']);
+  // AND the shim, once the artifact is verified, is read from the file: the same bytes and hash
+  const shim = await unpackShim(file, 'rcmtest', 'https://example.com/large.tgz', limits, Promise.resolve(scan));
+  expect(shim.data.equals(data)).toBe(true);
+  expect(shim.sha256).toBe(sha256(data));
+});
+
+test('an archive that inflates to a huge "shim" does not fill memory before its sha256 is checked', async () => {
+  // GIVEN a 1 MB .tar.gz whose shim entry inflates to 600 MiB of zeros (within a 1 GiB extraction limit)
+  const src = fs.mkdtempSync(path.join(work, 'bomb-'));
+  fs.writeFileSync(path.join(src, 'containerd-shim-rcmtest-v2'), '');
+  fs.truncateSync(path.join(src, 'containerd-shim-rcmtest-v2'), 600 * 1024 * 1024);
+  const tarFile = path.join(work, 'bomb.tar.gz');
+  execFileSync('tar', ['-czf', tarFile, '-C', src, 'containerd-shim-rcmtest-v2']);
+  fs.rmSync(src, { recursive: true });
+  expect(fs.statSync(tarFile).size).toBeLessThan(2 * 1024 * 1024);
+  // WHEN the download's scan reads it
+  const before = process.memoryUsage().rss;
+  let peak = before;
+  const sampler = setInterval(() => { peak = Math.max(peak, process.memoryUsage().rss); }, 5);
+  const scan = await scanAsDownloaded(tarFile, { maxBytes: 1024 * 1024 * 1024, maxFiles: 100 });
+  clearInterval(sampler);
+  peak = Math.max(peak, process.memoryUsage().rss);
+  // THEN it holds nothing of the entry (more than UNVERIFIED_HOLD_BYTES), and memory grew by far less than the entry
+  expect(scan.kept.size).toBe(0);
+  expect(scan.notHeld).toEqual(['containerd-shim-rcmtest-v2']);
+  expect(peak - before).toBeLessThan(UNVERIFIED_HOLD_BYTES);
+}, 60_000);
