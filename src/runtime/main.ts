@@ -1,3 +1,4 @@
+import * as crypto from 'crypto';
 import * as http from 'http';
 import * as os from 'os';
 import { Controller } from './controller';
@@ -27,7 +28,10 @@ const FLAGS: Flag[] = [
   { name: 'installer-image-pull-secret', arg: 'NAME', help: 'a Secret in the installer namespace that installer pods pull their images with (repeatable)', repeat: true },
   { name: 'leader-elect', arg: 'BOOL', help: 'elect one active replica through a Lease', default: 'true' },
   { name: 'lease-duration-seconds', arg: 'N', help: 'how long a leader holds the Lease without renewing', default: '15' },
-  { name: 'identity', arg: 'NAME', help: 'this replica in the Lease', default: process.env.POD_NAME ?? `${os.hostname()}-${process.pid}` },
+  // A new identity per process, as client-go's (host_uuid): a container the kubelet restarts
+  // keeps its pod's name, and must not take over the lease its killed predecessor held as if
+  // it were still that process; it waits for the lease like any other replica.
+  { name: 'identity', arg: 'NAME', help: 'this replica in the Lease (default: the pod\'s name, _ and a suffix of this process)', default: `${process.env.POD_NAME ?? os.hostname()}_${crypto.randomBytes(4).toString('hex')}` },
   { name: 'metrics-bind-address', arg: 'ADDR', help: 'address of /metrics', default: ':8080' },
   { name: 'health-probe-bind-address', arg: 'ADDR', help: 'address of /healthz and /readyz', default: ':8081' },
   { name: 'log-format', arg: 'FORMAT', help: 'json or text', default: 'json' },

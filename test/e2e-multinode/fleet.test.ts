@@ -688,7 +688,8 @@ step('scenario 4: two controller replicas; the leader killed mid-rollout; the ot
   await eventually(async () => (await controllers()).filter((p: any) => p.status?.containerStatuses?.[0]?.ready).length === 2, 120_000, diagnostics);
   const lease = () => api.get(`/apis/coordination.k8s.io/v1/namespaces/${NS}/leases/rcm-controller`);
   const leader = (await lease()).spec.holderIdentity;
-  const leaderPod = (await controllers()).find((p: any) => p.metadata.name === leader);
+  // The identity is the pod's name, '_' and a suffix per process (pod names have no '_').
+  const leaderPod = (await controllers()).find((p: any) => p.metadata.name === leader.split('_')[0]);
   expect(leaderPod).toBeDefined();
   const since = Date.now();
   const watch = await InstallerPods.from();
