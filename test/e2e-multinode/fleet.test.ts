@@ -685,11 +685,20 @@ step('scenario 4: two controller replicas; the leader killed mid-rollout; the ot
   // GIVEN two replicas of the controller
   apply([{ name: SHIM, version: 'v3', selector: FLEET }], 2);
   const controllers = async () => (await api.get(`/api/v1/namespaces/${NS}/pods?labelSelector=${encodeURIComponent('app.kubernetes.io/component=controller')}`)).items;
-  await eventually(async () => (await controllers()).filter((p: any) => p.status?.containerStatuses?.[0]?.ready).length === 2, 120_000, diagnostics);
+  // (two replicas change the pod template: the Deployment rolls its pods, and the step starts once that is over)
+  await eventually(async () => {
+    const d = await api.get(`/apis/apps/v1/namespaces/${NS}/deployments/rcm-controller`);
+    const s = d.status ?? {};
+    return s.observedGeneration === d.metadata.generation && s.replicas === 2 && s.updatedReplicas === 2 && s.readyReplicas === 2;
+  }, 120_000, diagnostics);
   const lease = () => api.get(`/apis/coordination.k8s.io/v1/namespaces/${NS}/leases/rcm-controller`);
-  const leader = (await lease()).spec.holderIdentity;
   // The identity is the pod's name, '_' and a suffix per process (pod names have no '_').
-  const leaderPod = (await controllers()).find((p: any) => p.metadata.name === leader.split('_')[0]);
+  const podOf = async (identity: string) => (await controllers()).find((p: any) => p.metadata.name === identity.split('_')[0] && !p.metadata.deletionTimestamp);
+  const leader = await eventually(async () => {
+    const holder = (await lease()).spec.holderIdentity;
+    return holder && await podOf(holder) ? holder as string : undefined;
+  }, 60_000, diagnostics);
+  const leaderPod = await podOf(leader);
   expect(leaderPod).toBeDefined();
   const since = Date.now();
   const watch = await InstallerPods.from();
