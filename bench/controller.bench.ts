@@ -31,7 +31,11 @@ const NS = 'runtime-class-manager';
 const CLK_TCK = 100;
 const BEFORE = process.env.RCM_BENCH_BEFORE;
 
-interface Figures { writes: number; cpu: number; rssMiB: number; wall: number; watches?: string }
+interface Figures {
+  writes: number; cpu: number; rssMiB: number; wall: number; watches?: string;
+  /** CPU seconds that receiving the same events cost a bare reader, during the controller's run (bench/plain-watcher.js). */
+  readerCpu?: number; readerEvents?: number;
+}
 
 /** CPU seconds and peak RSS (MiB) of a live process, from /proc. */
 function usage(pid: number): { cpu: number; rssMiB: number } {
@@ -143,6 +147,10 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
     ...(bundle.includes('rcm-controller-') ? [] : ['--kube-api-qps=1000', '--kube-api-burst=2000'])],
   { stdio: ['ignore', 'ignore', fs.openSync(log, 'a')] });
   const stop = finishInstallers(admin);
+  // The reading half of the floor: the same watches, read by a process that only splits them into events.
+  const reader = spawn(process.execPath, ['bench/plain-watcher.js', cp.server, cp.adminToken, cp.caFile, NS], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let readerOut = '';
+  reader.stdout!.on('data', d => { readerOut += d; });
   try {
     for (const shim of shims) {
       await admin.request('POST', '/apis/runtime.spinkube.dev/v1alpha1/shims', {
@@ -174,8 +182,13 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
       .map(m => `${m[1]} ${events.get(m[1])} events ${(Number(m[2]) / 1e6).toFixed(1)} MB`).join(', ');
     const gauge = (metric: string) => Number(new RegExp(`^${metric} (\\S+)`, 'm').exec(metrics)?.[1] ?? NaN) / 2 ** 20;
     if (process.env.RCM_BENCH_THREADS) console.log(`heap used ${gauge('nodejs_heap_size_used_bytes').toFixed(1)} MiB of ${gauge('nodejs_heap_size_total_bytes').toFixed(1)}, external ${gauge('nodejs_external_memory_bytes').toFixed(1)} MiB`);
-    return { writes, ...usage(controller.pid!), wall, watches };
+    const readerCpu = usage(reader.pid!).cpu;
+    reader.kill('SIGTERM');
+    await waitExit(reader);
+    const readerEvents = Number(JSON.parse(readerOut || '{}').events ?? NaN);
+    return { writes, ...usage(controller.pid!), wall, watches, readerCpu, readerEvents };
   } finally {
+    reader.kill('SIGTERM');
     stop();
     controller.kill('SIGTERM');
     await waitExit(controller);
@@ -256,6 +269,11 @@ async function main(): Promise<void> {
       row('peak RSS (MiB)', f => f.rssMiB, 1);
       row('wall seconds', f => f.wall, 1);
       if (now.watches) console.log(`controller's watches: ${now.watches}`);
+      if (now.readerCpu !== undefined) {
+        // Writes and reads together: what any controller that watches the outcome of its writes pays at the least.
+        const floor = plain.cpu + now.readerCpu;
+        console.log(`floor with reads: the plain loop's ${plain.cpu.toFixed(2)} CPU seconds + ${now.readerCpu.toFixed(2)} for a bare reader to receive the same watches during the rollout (${now.readerEvents} events, bench/plain-watcher.js) = ${floor.toFixed(2)}; controller ${(now.cpu / floor).toFixed(2)}x${before?.readerCpu !== undefined ? `, before ${(before.cpu / (plain.cpu + before.readerCpu)).toFixed(2)}x` : ''}`);
+      }
       console.log(`summary: nodes=${nodes} writes=${(now.writes / plain.writes).toFixed(2)}x cpu=${(now.cpu / plain.cpu).toFixed(2)}x rss=${Math.round(now.rssMiB)} MiB`);
     }
     if (results.length > 1) {

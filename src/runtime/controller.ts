@@ -309,7 +309,7 @@ export class Controller {
         if (this.cleaning.has(uid)) return;
         this.cleaning.add(uid);
         for (const job of succeeded) this.deletedJobs.add(job.metadata.name);
-        void this.kube.delete(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs?${selector}`, { propagationPolicy: 'Background' })
+        void this.kube.deleteCollection(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs?${selector}`, { propagationPolicy: 'Background' })
           .catch(e => {
             for (const job of succeeded) this.deletedJobs.delete(job.metadata.name);
             this.log.warn('could not remove finished installer Jobs; a later pass retries', { shim: name, jobs: succeeded.length, error: (e as Error).message });

@@ -2,7 +2,7 @@
 // Jobs carry no owner reference: the garbage collector must never delete an uninstall that
 // is restarting containerd (foreground deletion of the Shim would); the planner removes them.
 import { runtimeOptionsOf } from './planner';
-import { ImageArtifact, JobRequest, JobView, ShimObject } from './types';
+import { ImageArtifact, INSTALLER_FAILED, JobRequest, JobView, ShimObject } from './types';
 
 export const MANAGED_BY = 'rcm-controller';
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
@@ -173,7 +173,7 @@ function parseResult(message: string | undefined): JobView['result'] {
     const r = JSON.parse(message);
     return { reason: r.reason, message: r.message, outcome: r.outcome };
   } catch {
-    return { reason: 'InstallerFailed', message: message.trim().split('\n').slice(-3).join(' ').slice(0, 500) };
+    return { reason: INSTALLER_FAILED, message: message.trim().split('\n').slice(-3).join(' ').slice(0, 500) };
   }
 }
 

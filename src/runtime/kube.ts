@@ -21,6 +21,11 @@ export const PROTOBUF = 'application/vnd.kubernetes.protobuf';
  * still come as a JSON Status (the server does not convert those).
  */
 export const WRITE_ACCEPT = 'application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json';
+/**
+ * The same for a write whose answer is a list (a collection DELETE): the API server refuses
+ * PartialObjectMetadata for a list with 406, whatever else the Accept header offers.
+ */
+export const LIST_WRITE_ACCEPT = 'application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json';
 
 /**
  * Client-side rate limit, as client-go's: a token bucket of `burst` tokens refilled at `qps`
@@ -150,12 +155,12 @@ export class Kube {
     };
   }
 
-  async request<T = any>(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<T> {
+  async request<T = any>(method: string, path: string, body?: unknown, contentType = 'application/json', writeAccept = WRITE_ACCEPT): Promise<T> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     await this.limiter?.take();
     // An explicit length: a chunked DELETE body is refused by the API server.
     const read = method === 'GET';
-    const headers = { Accept: read ? 'application/json' : WRITE_ACCEPT, ...(payload ? { 'Content-Type': contentType, 'Content-Length': payload.length } : {}) };
+    const headers = { Accept: read ? 'application/json' : writeAccept, ...(payload ? { 'Content-Type': contentType, 'Content-Length': payload.length } : {}) };
     const options = this.options(method, path, headers, 30_000);
     if (!read) this.onWrite(method);
     return new Promise<T>((resolve, reject) => {
@@ -289,6 +294,11 @@ export class Kube {
 
   delete(path: string, body?: unknown): Promise<unknown> {
     return this.request('DELETE', path, body);
+  }
+
+  /** A DELETE of a collection (a selector picks what goes): its answer is a list. */
+  deleteCollection(path: string, body?: unknown): Promise<unknown> {
+    return this.request('DELETE', path, body, 'application/json', LIST_WRITE_ACCEPT);
   }
 }
 

@@ -10,8 +10,8 @@ import * as crypto from 'crypto';
 import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation } from './node-record';
 import { planRuntimeClass } from './runtime-class';
 import {
-  Action, Condition, FailedNode, FailureRecord, JobRequest, JobView, NodeArtifact, NodeRecord, NodeView, Operation, Plan, RetryPolicy,
-  RuntimeClassView,
+  Action, Condition, FailedNode, FailureRecord, INSTALLER_FAILED, JobRequest, JobView, NodeArtifact, NodeRecord, NodeView, Operation, Plan,
+  RetryPolicy, RuntimeClassView,
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
 import { ShimNodeLabels } from '../shared/node-labels';
@@ -129,13 +129,15 @@ export function jobName(shim: string, node: string, operation: Operation, handle
 }
 
 /**
- * The delay before attempt `failed + 1`: doubled per failure, bounded. A node that failed as
- * often as allowed waits the longest delay between attempts: its failures are likely to be
- * of the kind that repeats (a containerd that refuses the change), and every attempt
- * restarts its containerd; the retry annotation retries it at once.
+ * The delay before attempt `failed + 1`: doubled per failure, bounded. A node whose installer
+ * reported failures as often as allowed waits the longest delay between attempts: such
+ * failures tend to repeat (a containerd that refuses the change), and every attempt restarts
+ * its containerd; the retry annotation retries it at once. When the installer did not report
+ * (its container could not start while containerd restarted for another Shim, or it
+ * crashed), the doubled delay goes on.
  */
-export function backoffSeconds(policy: RetryPolicy, failed: number): number {
-  if (failed >= policy.failureThreshold) return policy.maxSeconds;
+export function backoffSeconds(policy: RetryPolicy, failed: number, reportedByInstaller = true): number {
+  if (reportedByInstaller && failed >= policy.failureThreshold) return policy.maxSeconds;
   return Math.min(policy.maxSeconds, policy.baseSeconds * 2 ** Math.max(0, failed - 1));
 }
 
@@ -362,7 +364,7 @@ export function plan(input: PlanInput): Plan {
     // rollout must not move on to the next node past a failure.
     let betweenAttempts = false;
     if (relevant) {
-      const nextAt = Date.parse(failure.at) + backoffSeconds(policy, failure.attempt) * 1000;
+      const nextAt = Date.parse(failure.at) + backoffSeconds(policy, failure.attempt, failure.reason !== INSTALLER_FAILED) * 1000;
       const entry = failedNode(node.name, failure, policy, new Date(Number.isNaN(nextAt) ? nowMs : nextAt).toISOString());
       betweenAttempts = !entry.exhausted;
       tally.failures.push(entry);

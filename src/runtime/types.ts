@@ -218,3 +218,9 @@ export interface NodeArtifact {
   readonly image?: ImageArtifact;
   readonly sha256?: string;
 }
+
+/**
+ * The reason of a Job's failure when the installer reported none: its container never ran
+ * (CreateContainerError, RunContainerError while containerd restarted) or it crashed.
+ */
+export const INSTALLER_FAILED = 'InstallerFailed';

@@ -184,3 +184,19 @@ test('a write asks back only metadata: a realistic Node patch answers in a few K
   await kube.mergePatch('/api/v1/nodes/pb-node-w', { metadata: { labels: { [`spin.${DOMAIN}/state`]: 'client' } } });
   expect((await admin.get('/api/v1/nodes/pb-node-w')).metadata.labels[`spin.${DOMAIN}/state`]).toBe('client');
 });
+
+test('a collection DELETE asks back only metadata too (a list of it), and does what it says', async () => {
+  // GIVEN two Jobs with a label
+  for (const name of ['pb-del-1', 'pb-del-2']) {
+    await admin.request('POST', `/apis/batch/v1/namespaces/${NS}/jobs`, {
+      apiVersion: 'batch/v1',
+      kind: 'Job',
+      metadata: { name, labels: { 'pb-del': 'yes' } },
+      spec: { parallelism: 0, template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'x' }] } } },
+    });
+  }
+  // WHEN they are deleted by a selector, as the controller removes finished installer Jobs
+  await kube.deleteCollection(`/apis/batch/v1/namespaces/${NS}/jobs?labelSelector=${encodeURIComponent('pb-del=yes')}`, { propagationPolicy: 'Background' });
+  // THEN the request succeeds (PartialObjectMetadata for a list is refused with 406) and they are gone
+  expect((await admin.get(`/apis/batch/v1/namespaces/${NS}/jobs?labelSelector=${encodeURIComponent('pb-del=yes')}`)).items).toEqual([]);
+});

@@ -412,6 +412,17 @@ describe('I6: failures are handled like an operator would', () => {
     expect(created(plan({ shim: s, nodes: [n], jobs: [], otherShims: [], runtimeClasses: [], retry: POLICY, now: later }).actions)).toEqual(['a:install:spin']);
   });
 
+  test('a node whose installer never reported (its container could not start) keeps the doubled delay past the threshold', () => {
+    // GIVEN node a's third uninstall failed before the installer ran (containerd restarted for another Shim)
+    const s = shim();
+    const at = new Date(Date.parse(NOW) - 60_000).toISOString();
+    const failure = { operation: 'install', handler: 'spin', revision: rev(s), attempt: 3, reason: 'InstallerFailed', message: 'RunContainerError: transport is closing', at };
+    const n = node('a', { [KEYS.state]: 'failed' }, { [KEYS.failure]: JSON.stringify(failure) });
+    // WHEN 60 s have passed THEN it is retried (the doubled delay, 40 s, not maxSeconds)
+    expect(created(run({ shim: s, nodes: [n] }).actions)).toEqual(['a:install:spin']);
+    expect(backoffSeconds(POLICY, 3, false)).toBe(40);
+  });
+
   test('a node that keeps failing stops the rollout with Degraded; fixing the cause recovers at the next backoff', () => {
     const { w, s } = world(['a', 'b', 'c'], { rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
     let broken = true;
