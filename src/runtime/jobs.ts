@@ -213,7 +213,14 @@ export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | un
   const inWait = !!failedCondition && nowMs - Date.parse(failedCondition.lastTransitionTime) < POD_RESULT_WAIT_MS;
   const podMayCome = pods.length === 0 ? failedCondition?.reason === 'BackoffLimitExceeded' : pods.some(p => !podEnded(p));
   const resultPending = failedCondition && !last && inWait && podMayCome;
-  const phase = succeeded ? 'succeeded' : failedCondition && !resultPending ? 'failed' : 'running';
+  // An installer that reported success, yet its pod failed: the installer restarts containerd
+  // itself, and a container that ends during such a restart can lose its exit status (exit 255,
+  // "Unknown"). Its work was done and checked; counting it a failure would retry it for nothing.
+  const outcome = parseResult(last?.message)?.outcome;
+  const reportedSuccess = !!failedCondition && (a[ANNOTATION_OPERATION] === 'uninstall'
+    ? outcome === 'uninstalled' || outcome === 'not-installed'
+    : outcome === 'installed' || outcome === 'unchanged');
+  const phase = succeeded || reportedSuccess ? 'succeeded' : failedCondition && !resultPending ? 'failed' : 'running';
   return {
     name: job.metadata.name,
     shimUid,
@@ -225,6 +232,7 @@ export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | un
     attempt: Number(a[ANNOTATION_ATTEMPT] ?? 1) || 1,
     ...(job.metadata?.labels?.[LABEL_BATCH] ? { batch: job.metadata.labels[LABEL_BATCH] } : {}),
     phase,
+    ...(reportedSuccess && !succeeded ? { reportedSuccess: true } : {}),
     // Started once a kubelet has taken a pod (it sets startTime before any container runs, and
     // it stays when a kubelet reports the pod Pending again).
     started: pods.some(p => p.status?.startTime !== undefined || (p.status?.phase !== undefined && p.status.phase !== 'Pending')),

@@ -333,7 +333,7 @@ export function plan(input: PlanInput): Plan {
       if (job.phase === 'failed' && !keep(job)) actions.push({ kind: 'deleteJob', name: job.name });
       // Succeeded Jobs go in one request per batch (below), after the records that hold their
       // results; one from before batches existed goes by its name.
-      if (job.phase === 'succeeded' && !job.batch) actions.push({ kind: 'deleteJob', name: job.name });
+      if (job.phase === 'succeeded' && (!job.batch || job.reportedSuccess)) actions.push({ kind: 'deleteJob', name: job.name });
     }
 
     if (record.installed.length > 0 || running.length > 0) traced++;

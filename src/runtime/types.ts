@@ -64,6 +64,8 @@ export interface JobView {
   /** The pass that created it: succeeded Jobs are removed a whole batch at a time. */
   readonly batch?: string;
   readonly phase: 'running' | 'succeeded' | 'failed';
+  /** Succeeded by the installer's report while the Job itself failed: a batch's removal (successful Jobs only) leaves it. */
+  readonly reportedSuccess?: boolean;
   /** Its pod was started by the kubelet (a Job that never started may be dropped safely). */
   readonly started: boolean;
   /** When the Job was created (its creationTimestamp). */

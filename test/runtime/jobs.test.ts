@@ -104,3 +104,16 @@ test('a Job has started once a kubelet took its pod, even when the kubelet repor
   // AND with no pod at all, it has not
   expect(jobView(running, [], T0)).toMatchObject({ started: false });
 });
+
+test('an installer that reported success counts as done though its pod failed (containerd lost its exit status while restarting)', () => {
+  // GIVEN the installer wrote its success and containerd, restarted by that very installer, lost its exit status (exit 255, Unknown)
+  const lostExit = (message: string) => ({ status: { phase: 'Failed', startTime: '2026-11-22T00:00:00Z', containerStatuses: [{ state: { terminated: { exitCode: 255, reason: 'Unknown', message, finishedAt: '2026-11-22T00:00:01Z' } } }] } });
+  // THEN the Job is done, not failed
+  expect(jobView(failed, [lostExit('{"outcome":"installed","message":"handler spin installed"}')], T0 + 2000)).toMatchObject({ phase: 'succeeded', reportedSuccess: true });
+  expect(jobView(failed, [lostExit('{"outcome":"unchanged","message":"already there"}')], T0 + 2000)).toMatchObject({ phase: 'succeeded' });
+  const uninstall = { ...failed, metadata: { ...failed.metadata, annotations: { ...failed.metadata.annotations, 'runtime.spinkube.dev/operation': 'uninstall' } } };
+  expect(jobView(uninstall, [lostExit('{"outcome":"uninstalled","message":"handler spin uninstalled"}')], T0 + 2000)).toMatchObject({ phase: 'succeeded' });
+  // AND a failure it reported, or a success of the other operation, stays a failure
+  expect(jobView(failed, [lostExit('{"outcome":"failed","reason":"RestartFailedRolledBack","message":"x"}')], T0 + 2000)).toMatchObject({ phase: 'failed' });
+  expect(jobView(uninstall, [lostExit('{"outcome":"installed","message":"x"}')], T0 + 2000)).toMatchObject({ phase: 'failed' });
+});

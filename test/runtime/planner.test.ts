@@ -497,6 +497,14 @@ describe('I6: failures are handled like an operator would', () => {
     expect(kinds(run({ shim: s, nodes: [failed({}), node('b')] }).actions, 'createJob').map(a => `${a.job.node}:${a.job.attempt}`)).toEqual(['a:2']);
   });
 
+  test('a Job that succeeded by the installer\'s report (its pod failed) is recorded and removed by name, not with its batch', () => {
+    const s = shim();
+    const done = job('a', s, 'succeeded', 'install', { reportedSuccess: true });
+    const { actions } = run({ shim: s, nodes: [node('a')], jobs: [done] });
+    expect(kinds(actions, 'deleteJob').map(a => a.name)).toEqual([done.name]);
+    expect(kinds(actions, 'writeNode')[0].labels).toMatchObject({ [KEYS.state]: 'provisioned' });
+  });
+
   test('a new node joining gets the shim', () => {
     const s = shim();
     expect(created(run({ shim: s, nodes: [installed('a', s), node('new')] }).actions)).toEqual(['new:install:spin']);
