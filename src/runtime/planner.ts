@@ -343,13 +343,14 @@ export function plan(input: PlanInput): Plan {
 
     if (running.length > 0) {
       // A retry in progress: the failure it follows stays visible (and Degraded stays) until it ends.
-      if (failure && running.some(j => sameOperation(j, failure))) tally.failures.push(failedNode(node.name, failure, policy));
+      const retrying = failure && running.some(j => sameOperation(j, failure)) ? failedNode(node.name, failure, policy) : undefined;
+      if (retrying) tally.failures.push(retrying);
       // A Job that a down node never started holds a slot for nothing: drop it, retry later.
       if (!node.ready && running.every(j => !j.started)) {
         for (const job of running) actions.push({ kind: 'deleteJob', name: job.name });
         tally.waitingForNodes.push(node.name);
         // A retry's node stays between attempts, and keeps its slot (as below).
-        if (failure && running.some(j => sameOperation(j, failure)) && failure.attempt < policy.failureThreshold) tally.inFlight++;
+        if (retrying && !retrying.exhausted) tally.inFlight++;
       } else {
         tally.inFlight++;
       }
