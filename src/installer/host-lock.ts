@@ -40,10 +40,11 @@ function lock(fd: number, lockFile: string, timeoutMs: number, log: Logger, floc
   const waitSeconds = String(Math.max(1, Math.round(timeoutMs / 1000)));
   return new Promise((resolve, reject) => {
     // fd 3 of flock is our open file: the lock it takes is this process's.
-    const child = spawn(flockBinary, ['--exclusive', '--wait', waitSeconds, '3'], { stdio: ['ignore', 'ignore', 'pipe', fd] });
+    const wait = timeoutMs > 0 ? ['--wait', waitSeconds] : ['--nonblock'];
+    const child = spawn(flockBinary, ['--exclusive', ...wait, '3'], { stdio: ['ignore', 'ignore', 'pipe', fd] });
     let stderr = '';
     child.stderr!.on('data', d => { stderr += d; });
-    const waiting = setTimeout(() => log.info('waiting for the host lock: another installer is working on this node', { lockFile }), 1000);
+    const waiting = timeoutMs > 0 ? setTimeout(() => log.info('waiting for the host lock: another installer is working on this node', { lockFile }), 1000) : undefined;
     child.on('error', e => {
       clearTimeout(waiting);
       reject(new HostLockError(`cannot take the host lock ${lockFile}: ${flockBinary} could not run (${e.message}); the installer needs util-linux's flock`));
@@ -56,4 +57,72 @@ function lock(fd: number, lockFile: string, timeoutMs: number, log: Logger, floc
         : `cannot take the host lock ${lockFile}: flock exited ${code}: ${stderr.trim()}`));
     });
   });
+}
+
+/**
+ * The installers waiting for the host lock with a change of their own: each holds a flock on
+ * a marker file in `<lock file>.waiting/` while it waits. The holder of the host lock asks
+ * whether anyone waits, to leave its restart to the last of them (one restart for all their
+ * changes). A marker whose flock nobody holds is left by a process that ended: it counts for
+ * nothing and is removed. The marker is locked before it is renamed into the folder, so a
+ * marker there is never seen unlocked while its process lives.
+ */
+export class LockWaiters {
+  constructor(private readonly lockFile: string, private readonly log: Logger, private readonly kind: 'waiting' | 'members' = 'waiting',
+    private readonly flockBinary = 'flock') {}
+
+  private get dir(): string {
+    return `${this.lockFile}.${this.kind}`;
+  }
+
+  /** Whether the process that announced `id` still lives. */
+  async alive(id: string): Promise<boolean> {
+    const marker = path.join(this.dir, id);
+    if (!fs.existsSync(marker)) return false;
+    if (await this.held(marker)) return true;
+    fs.rmSync(marker, { force: true });
+    return false;
+  }
+
+  /** Announces this process as waiting; the returned function withdraws it. */
+  async announce(id: string): Promise<() => void> {
+    fs.mkdirSync(this.dir, { recursive: true });
+    const temporary = path.join(this.dir, `.${id}.new`);
+    const marker = path.join(this.dir, id);
+    const fd = fs.openSync(temporary, 'w', 0o600);
+    try {
+      await lock(fd, temporary, 0, this.log, this.flockBinary);
+      fs.renameSync(temporary, marker);
+    } catch (e) {
+      fs.closeSync(fd);
+      fs.rmSync(temporary, { force: true });
+      throw e;
+    }
+    return () => {
+      fs.rmSync(marker, { force: true });
+      fs.closeSync(fd);
+    };
+  }
+
+  /** How many other live processes wait; markers of ended ones are removed. */
+  async others(id: string): Promise<number> {
+    if (!fs.existsSync(this.dir)) return 0;
+    let live = 0;
+    for (const name of fs.readdirSync(this.dir)) {
+      if (name === id || name.startsWith('.')) continue;
+      const marker = path.join(this.dir, name);
+      if (await this.held(marker)) live++;
+      else fs.rmSync(marker, { force: true });
+    }
+    return live;
+  }
+
+  /** Whether a live process holds the flock on `file` (asked with a non-blocking try). */
+  private held(file: string): Promise<boolean> {
+    return new Promise(resolve => {
+      const child = spawn(this.flockBinary, ['--exclusive', '--nonblock', file, 'true'], { stdio: 'ignore' });
+      child.on('error', () => resolve(true)); // cannot tell: count it, so that nothing is left unfinished by us
+      child.on('exit', code => resolve(code !== 0 && fs.existsSync(file)));
+    });
+  }
 }

@@ -1,3 +1,4 @@
+import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
@@ -10,12 +11,14 @@ import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download, takeLocal } from './fetch';
 import { containerdVersion, ContainerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically, writeVerified } from './host';
-import { hostLockPath, HostLockError, withHostLock } from './host-lock';
+import { hostLockPath, HostLockError, LockWaiters, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { findHostTool } from './host-tools';
-import { Journal, parseJournal, recoveryFor } from './journal';
+import { chainStarts, inOrder, Journal, parseJournal, settlementOf } from './journal';
+import { Outcome, OutcomeBox } from './outcomes';
 import { artifactFor, Distro, InstallerOptions } from './options';
 import { preflight, PreflightContext } from './preflight';
+import { nextRestartAt, parseShow, RestartHistory, restartHistoryPath, startLimitOf, unitFailure } from './restart-pacing';
 import { InstallState, parseState } from './state';
 import { Logger } from '../shared/log';
 
@@ -112,6 +115,22 @@ interface Fetched {
   readonly shim: ShimBinary;
   /** A payload of several files: its unpacked folder and content digest. */
   readonly payload?: { readonly dir: string; readonly digest: string };
+}
+
+/**
+ * A change written to the host and waiting for its set's restart: the host lock is released
+ * meanwhile, so that the installers waiting for it add their changes to the same restart.
+ */
+interface Pending {
+  readonly journal: Journal;
+  /** The run's result once containerd came back with the set. */
+  readonly result: InstallResult;
+  /** What the run does then (its clean-up), returning its result. */
+  readonly finish: () => Promise<InstallResult>;
+}
+
+function isPending(step: InstallResult | Pending): step is Pending {
+  return 'journal' in step && 'finish' in step;
 }
 
 class Timer {
@@ -221,8 +240,19 @@ export class Installer {
   private defaults?: Promise<Record<string, any> | undefined>;
   /** A candidate config that the preflight run ahead accepted (see judgeAhead). */
   private judged?: { readonly candidate: string; readonly binary: string; readonly containerd: string };
+  /** This run among the installers of the node (its change's owner in the journal, its outcome's name). */
+  private readonly id: string;
+  /** The change is tried alone: a set with it was refused by containerd. */
+  private solo = false;
+  /** The host lock's file, in this process's view. */
+  private lockFile?: string;
+  /** The installers whose changes are written (a live one's change set is open, not interrupted). */
+  private members?: LockWaiters;
+  private leaveMembers?: () => void;
 
-  constructor(private readonly o: InstallerOptions, private readonly log: Logger) {}
+  constructor(private readonly o: InstallerOptions, private readonly log: Logger) {
+    this.id = `${o.handler}-${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
+  }
 
   async run(): Promise<InstallResult> {
     // SIGTERM (the pod deleted): before the host was touched, stop at once (the kernel drops
@@ -300,6 +330,8 @@ export class Installer {
         timings: this.timer.total(),
       };
     }
+    // A unit systemd gave up on is reported before anything is fetched or touched.
+    const unitChecked = settle(this.refuseFailedUnit(layout));
     // Download and verify before taking the lock: a slow server holds up no other installer.
     let fetched: Fetched | undefined;
     if (early) {
@@ -311,16 +343,62 @@ export class Installer {
     } else if (scratch !== undefined && !this.upToDate(layout)) {
       fetched = await this.fetchArtifact(scratch);
     }
+    unwrap(await unitChecked);
     const lock = onHost(this.o, hostLockPath(this.o.installRoot));
+    this.lockFile = lock;
+    const waiters = new LockWaiters(lock, this.log);
+    this.members = new LockWaiters(lock, this.log, 'members');
+    // While this run waits for the lock, the holder sees it and leaves its restart to the last waiter.
+    let withdraw: (() => void) | undefined = await waiters.announce(this.id).catch(() => undefined);
     const waitStarted = Date.now();
-    const result = await withHostLock(lock, 10 * 60_000, this.log, async () => {
-      this.timer.timings.lockWaitMs = Date.now() - waitStarted;
-      await this.recoverInterrupted();
-      return scratch !== undefined ? this.install(base, layout, version?.major, scratch, fetched) : this.uninstall(base, layout, version?.major);
-    }).catch(e => {
-      throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
-    });
-    return { ...result, timings: this.timer.total() };
+    let pending: Pending | undefined;
+    try {
+      for (;;) {
+        const step = await withHostLock(lock, 10 * 60_000, this.log, async (): Promise<InstallResult | Pending> => {
+          this.timer.timings.lockWaitMs ??= Date.now() - waitStarted;
+          withdraw?.();
+          withdraw = undefined;
+          if (pending) return this.resume(pending, waiters, base, layout, version?.major, scratch, fetched);
+          await this.recoverInterrupted();
+          return this.change(base, layout, version?.major, scratch, fetched, waiters);
+        }).catch(e => {
+          throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
+        });
+        if (!isPending(step)) return { ...step, timings: this.timer.total() };
+        // Written and waiting for the set's restart: the lock again, then the outcome.
+        pending = step;
+        this.log.info('the change is written; another installer waits with a change of its own: containerd restarts once for both, after it', { set: step.journal.set });
+      }
+    } finally {
+      withdraw?.();
+      this.leaveMembers?.();
+    }
+  }
+
+  /** The run's own change (install or uninstall), under the host lock. */
+  private change(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string | undefined,
+    fetched: Fetched | undefined, waiters: LockWaiters): Promise<InstallResult | Pending> {
+    return scratch !== undefined ? this.install(base, layout, major, scratch, fetched, waiters) : this.uninstall(base, layout, major, waiters);
+  }
+
+  /**
+   * A deferred change, back under the lock: the set's outcome if it has one, else the set is
+   * still open (it restarts now unless yet another installer waits).
+   */
+  private async resume(pending: Pending, waiters: LockWaiters, base: InstallResult, layout: DistroLayout, major: number | undefined,
+    scratch: string | undefined, fetched: Fetched | undefined): Promise<InstallResult | Pending> {
+    const outcome = this.outcomes().take(this.id);
+    if (outcome?.kind === 'done') return pending.finish();
+    if (outcome?.kind === 'failed') throw new InstallerError(outcome.exitCode, outcome.reason, outcome.message);
+    const open = this.openSet();
+    if (!outcome && open.some(j => j.owner === this.id)) return this.commit(pending, waiters);
+    // Rolled back: a set whose restart failed is retried change by change, so that one bad
+    // change cannot take the others down; an interrupted set is retried as it came.
+    this.solo = outcome?.kind === 'retry-alone';
+    this.log.info(this.solo ? 'the change set containerd refused was rolled back: this change is tried again alone' : 'the change set was undone: this change is made again');
+    this.changed.length = 0;
+    await this.recoverInterrupted();
+    return this.change(base, layout, major, scratch, fetched, waiters);
   }
 
   /** The state file records the artifact asked for (by its sha256): only then can it be installed already. */
@@ -372,8 +450,9 @@ export class Installer {
   }
 
   private async install(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string,
-    prefetched: Fetched | undefined): Promise<InstallResult> {
+    prefetched: Fetched | undefined, waiters: LockWaiters): Promise<InstallResult | Pending> {
     const o = this.o;
+    await this.finishOpenSetFirst(layout);
     const state = this.readState();
     const configFile = onHost(o, layout.config);
     const configExists = fs.existsSync(configFile);
@@ -461,10 +540,15 @@ export class Installer {
       // A payload of a previous version goes once no process runs from it (collectPayloads).
       removeWhenDone: previousBinary && previousBinary !== binary && !this.isPayload(previousBinary) ? [path.posix.dirname(previousBinary)] : [],
       stateToWrite: { file: stateFile(o), text: stateText },
+      ...(original !== undefined ? { backup: this.backupPath() } : {}),
+      ...this.membership(),
       startedAt: new Date().toISOString(),
     } : undefined;
     this.hostTouched = true;
-    if (journal) this.saveJournal(journal);
+    if (journal) {
+      await this.joinMembers();
+      this.saveJournal(journal);
+    }
 
     // Undo removes exactly the folders this install created (never a repaired binary).
     let createdForBinary: string | undefined;
@@ -500,35 +584,7 @@ export class Installer {
     }
     await pauseForTests('binary-written');
 
-    if (journal) {
-      const backup = original !== undefined ? this.backup(original) : undefined;
-      writeAtomically(configFile, edited.text, mode);
-      this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
-      this.saveJournal({ ...journal, phase: 'config-written' });
-      await pauseForTests('config-written');
-      await this.restartOrRollBack(layout, binary, () => {
-        // Undo: the previous bytes (or no file), and the new binary.
-        this.saveJournal({ ...journal, phase: 'rolling-back' });
-        if (original === undefined) fs.rmSync(configFile, { force: true });
-        else writeAtomically(configFile, original, mode);
-        if (folderCreated) fs.rmSync(path.dirname(configFile), { recursive: true, force: true });
-        backup?.undo();
-        undoBinary();
-      }).catch(e => {
-        // Rolled back and serving: nothing left to finish. Still failing: the next run restarts again.
-        if (e instanceof InstallerError && e.exitCode === ExitCode.RESTART_FAILED_ROLLED_BACK) this.clearJournal(o.handler);
-        throw e;
-      });
-      this.saveJournal({ ...journal, phase: 'restarted' });
-    }
-
-    writeAtomically(statePath(o), stateText, 0o600);
-    await pauseForTests('state-written');
-    if (previousBinary && previousBinary !== binary && !this.isPayload(previousBinary)) this.removeVersion(previousBinary);
-    this.clearJournal(o.handler);
-    this.collectPayloads();
-    this.rotateBackups();
-    return {
+    const result: InstallResult = {
       ...base,
       outcome: 'installed',
       message: `handler ${o.handler} installed from ${url}`,
@@ -537,6 +593,25 @@ export class Installer {
       paths: { ...base.paths, binary },
       state: newState,
     };
+    const finish = async (): Promise<InstallResult> => {
+      this.collectPayloads();
+      this.rotateBackups();
+      return result;
+    };
+    if (journal) {
+      if (journal.backup) this.backup(original!, journal.backup);
+      writeAtomically(configFile, edited.text, mode);
+      this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
+      this.saveJournal({ ...journal, phase: 'config-written' });
+      await pauseForTests('config-written');
+      if (previousBinary && previousBinary !== binary && !this.isPayload(previousBinary)) this.changed.push(`removed previous version ${previousBinary}`);
+      return this.commit({ journal, result, finish }, waiters);
+    }
+    // No config change (a repaired binary, a lost record): nothing for containerd to read again.
+    writeAtomically(statePath(o), stateText, 0o600);
+    await pauseForTests('state-written');
+    if (previousBinary && previousBinary !== binary && !this.isPayload(previousBinary)) this.removeVersion(previousBinary);
+    return finish();
   }
 
   /**
@@ -633,8 +708,9 @@ export class Installer {
     }
   }
 
-  private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined): Promise<InstallResult> {
+  private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined, waiters: LockWaiters): Promise<InstallResult | Pending> {
     const o = this.o;
+    await this.finishOpenSetFirst(layout);
     const state = this.readState();
     const configFile = onHost(o, state?.configFile ?? layout.config);
     const original = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : undefined;
@@ -668,10 +744,13 @@ export class Installer {
         mode,
         createdPaths: [],
         removeWhenDone: [shimsDir(o), stateFile(o)],
+        backup: this.backupPath(),
+        ...this.membership(),
         startedAt: new Date().toISOString(),
       };
+      await this.joinMembers();
       this.saveJournal(journal);
-      const backup = this.backup(original!);
+      this.backup(original!, journal.backup!);
       if (removable) {
         fs.rmSync(configFile, { force: true });
         const folder = path.dirname(configFile);
@@ -682,23 +761,19 @@ export class Installer {
       this.changed.push(`removed handler ${o.handler} from ${state?.configFile ?? layout.config}`);
       this.saveJournal({ ...journal, phase: 'config-written' });
       await pauseForTests('config-written');
-      await this.restartOrRollBack(layout, undefined, () => {
-        this.saveJournal({ ...journal, phase: 'rolling-back' });
-        writeAtomically(configFile, original!, mode);
-        backup.undo();
-      }).catch(e => {
-        if (e instanceof InstallerError && e.exitCode === ExitCode.RESTART_FAILED_ROLLED_BACK) this.clearJournal(o.handler);
-        throw e;
-      });
-      this.saveJournal({ ...journal, phase: 'restarted' });
-      this.rotateBackups();
+      if (state) this.changed.push(`removed ${state.payloadDir ?? shimsDir(o)}`);
+      const result: InstallResult = { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
+      return this.commit({ journal, result, finish: async () => {
+        this.collectPayloads();
+        this.rotateBackups();
+        return result;
+      } }, waiters);
     }
     this.removeAndPrune(onHost(o, shimsDir(o)));
     this.removeAndPrune(statePath(o));
-    this.clearJournal(o.handler);
     if (state) this.changed.push(`removed ${state.payloadDir ?? shimsDir(o)}`);
     this.collectPayloads();
-    if (!state && !removed.removed) return notInstalled;
+    if (!state) return notInstalled;
     return { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
   }
 
@@ -745,51 +820,212 @@ export class Installer {
     return fs.existsSync(dir) ? fs.readdirSync(dir).filter(f => f.endsWith('.json')).map(f => f.slice(0, -'.json'.length)).sort() : [];
   }
 
-  /**
-   * Finishes or undoes what interrupted installers (of any handler: they share the config)
-   * left half done, before this run changes anything. Runs under the host lock.
-   */
-  private async recoverInterrupted(): Promise<void> {
+  /** The journals of changes written and not yet complete (of any handler: they share the config), in the order written. */
+  private pendingJournals(): Journal[] {
+    const journals: Journal[] = [];
     for (const handler of this.interruptedHandlers()) {
-      const file = onHost(this.o, this.journalFile(handler));
-      const journal = parseJournal(fs.readFileSync(file, 'utf8'));
-      if (!journal) {
+      const journal = parseJournal(fs.readFileSync(onHost(this.o, this.journalFile(handler)), 'utf8'));
+      if (journal) {
+        journals.push(journal);
+      } else {
         this.log.warn('an unreadable journal of an interrupted installer is dropped; the config is left as it is', { handler });
         this.clearJournal(handler);
-        continue;
       }
-      this.hostTouched = true;
-      const configFile = onHost(this.o, journal.layout.config);
-      const current = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : null;
-      const recovery = recoveryFor(journal, current);
-      this.log.warn(`an installer was interrupted during the ${journal.operation} of ${handler}: ${recovery}`, { phase: journal.phase, since: journal.startedAt });
-      this.changed.push(`recovered the interrupted ${journal.operation} of ${handler}: ${recovery}`);
-      if (recovery === 'finish' || recovery === 'complete') {
-        const problem = recovery === 'finish' && this.restarts(journal.layout) ? await this.timer.time('restart', () => this.restartAndCheck(journal.layout, journal.binary)) : undefined;
-        if (!problem) {
-          if (journal.stateToWrite) writeAtomically(onHost(this.o, journal.stateToWrite.file), journal.stateToWrite.text, 0o600);
-          for (const p of journal.removeWhenDone) this.removeAndPrune(onHost(this.o, p));
-        } else {
-          this.log.error('containerd did not come back with the interrupted change; undoing it', { problem });
-          if (journal.original === null) fs.rmSync(configFile, { force: true });
-          else writeAtomically(configFile, journal.original, journal.mode);
-          await this.undoCreated(journal, true);
-        }
-      } else if (recovery === 'undo-restart' || recovery === 'undo') {
-        await this.undoCreated(journal, recovery === 'undo-restart');
-      }
-      this.clearJournal(handler);
+    }
+    return inOrder(journals);
+  }
+
+  /** The config file's bytes now (null: no file), for a journal's host path. */
+  private readonly currentConfig = (configFile: string): string | null => {
+    const file = onHost(this.o, configFile);
+    return fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : null;
+  };
+
+  /**
+   * The open change set: changes written by installers that wait for its restart (each in its
+   * file, none restarted yet). Empty when there is none, or when what the journals show is an
+   * interrupted set (recoverInterrupted settles that first).
+   */
+  private openSet(): Journal[] {
+    const journals = this.pendingJournals();
+    const open = journals.length > 0 && journals.every(j => j.phase === 'config-written')
+      && settlementOf(journals, this.currentConfig).action === 'finish';
+    return open ? journals : [];
+  }
+
+  /** Marks this run as alive with a change written, until it ends (the kernel drops the mark with it). */
+  private async joinMembers(): Promise<void> {
+    this.leaveMembers ??= await this.members?.announce(this.id);
+  }
+
+  /** This run's place in the open set (a new set when there is none). */
+  private membership(): Pick<Journal, 'set' | 'seq' | 'owner'> {
+    const open = this.openSet();
+    const last = open[open.length - 1];
+    return { set: last?.set ?? this.id, seq: last ? (last.seq ?? 0) + 1 : 0, owner: this.id };
+  }
+
+  /**
+   * An open set is restarted for before this run's change joins one, when the change must be
+   * alone (it is retried alone after a refused set) or when the set holds a change of this
+   * handler (another installer of it: one journal per handler).
+   */
+  private async finishOpenSetFirst(layout: DistroLayout): Promise<void> {
+    const open = this.openSet();
+    if (open.length === 0 || !(this.solo || open.some(j => j.handler === this.o.handler) || !this.restarts(layout))) return;
+    await this.finishSet(open);
+    if (this.pendingJournals().length > 0) {
+      throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
+        'the changes other installers wrote were undone after containerd refused them, but containerd is still failing: the node needs a human');
     }
   }
 
-  /** Removes what an interrupted change created; restarts containerd when it may have read the change. */
-  private async undoCreated(journal: Journal, restart: boolean): Promise<void> {
-    for (const p of journal.createdPaths) this.removeAndPrune(onHost(this.o, p));
-    if (!restart || !this.restarts(journal.layout)) return;
-    const again = await this.timer.time('restart', () => this.restartAndCheck(journal.layout, undefined));
+  /**
+   * This run's change is written: containerd restarts for it now, with every change of the
+   * open set, unless another installer waits for the lock with a change of its own. Then the
+   * restart is left to the last of them, and this run waits for the lock again (Pending).
+   */
+  private async commit(pending: Pending, waiters: LockWaiters): Promise<InstallResult | Pending> {
+    if (this.restarts(pending.journal.layout) && !this.solo && await waiters.others(this.id) > 0) return pending;
+    await this.finishSet(this.openSet());
+    const outcome = this.outcomes().peek(this.id);
+    if (outcome?.kind === 'done') {
+      this.outcomes().take(this.id);
+      return pending.finish();
+    }
+    if (outcome?.kind === 'failed') {
+      this.outcomes().take(this.id);
+      throw new InstallerError(outcome.exitCode, outcome.reason, outcome.message);
+    }
+    // Rolled back with the others: tried again alone, under the lock again (resume).
+    return pending;
+  }
+
+  /**
+   * Restarts containerd once for a set of written changes and checks it serves every one of
+   * them; then completes each (its state, its clean-up). A set containerd refuses goes back to
+   * the config before it, containerd restarts again, and each change is tried again alone by
+   * its installer. Each installer of the set gets its outcome.
+   */
+  private async finishSet(set: readonly Journal[]): Promise<void> {
+    if (set.length === 0) return;
+    const layout = set[0].layout;
+    const installs = set.filter(j => j.operation === 'install' && j.binary !== undefined).map(j => ({ handler: j.handler, binary: j.binary! }));
+    if (set.length > 1) this.log.info(`containerd restarts once for ${set.length} changes`, { handlers: set.map(j => `${j.operation} ${j.handler}`) });
+    const problem = this.restarts(layout) ? await this.timer.time('restart', () => this.restartAndCheck(layout, installs)) : undefined;
+    if (!problem) {
+      for (const j of set) {
+        await this.complete(j);
+        this.tell(j, { kind: 'done' });
+      }
+      return;
+    }
+    this.log.error('containerd did not come back with the new config; rolling back', { problem, changes: set.length });
+    for (const j of set) this.saveJournal({ ...j, phase: 'rolling-back' });
+    this.undo(set, chainStarts(set));
+    const again = await this.timer.time('restart', () => this.restartAndCheck(layout, []));
     if (again) {
+      // The journals stay: the next run restarts again.
+      const message = `containerd failed after the change (${problem}) and is still failing after restoring the previous config (${again}): the node needs a human`;
+      for (const j of set) this.tell(j, { kind: 'failed', exitCode: ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, reason: 'RestartFailedNotRolledBack', message });
+      return;
+    }
+    for (const j of set) {
+      this.clearJournal(j.handler);
+      this.tell(j, set.length > 1 ? { kind: 'retry-alone' } : {
+        kind: 'failed',
+        exitCode: ExitCode.RESTART_FAILED_ROLLED_BACK,
+        reason: 'RestartFailedRolledBack',
+        message: `containerd failed after the change (${problem}); the previous config and binary were restored and containerd is serving again`,
+      });
+    }
+  }
+
+  /** A change containerd came back with: the state it announced, the clean-up it left, and its journal gone. */
+  private async complete(j: Journal): Promise<void> {
+    this.saveJournal({ ...j, phase: 'restarted' });
+    if (j.stateToWrite) writeAtomically(onHost(this.o, j.stateToWrite.file), j.stateToWrite.text, 0o600);
+    await pauseForTests('state-written');
+    for (const p of j.removeWhenDone) this.removeAndPrune(onHost(this.o, p));
+    this.clearJournal(j.handler);
+  }
+
+  /** Takes a set's changes out: each file back to its bytes before the set, what the changes created removed. */
+  private undo(set: readonly Journal[], rewrite: ReadonlyMap<string, string | null>): void {
+    for (const [configFile, text] of rewrite) {
+      const file = onHost(this.o, configFile);
+      const mode = set.find(j => j.layout.config === configFile)?.mode ?? 0o644;
+      if (text === null) fs.rmSync(file, { force: true });
+      else writeAtomically(file, text, mode);
+    }
+    for (const j of set) {
+      for (const p of j.createdPaths) this.removeAndPrune(onHost(this.o, p));
+      if (j.backup) this.removeAndPrune(onHost(this.o, j.backup));
+    }
+  }
+
+  /** Whether an installer of these changes still lives (it waits for the lock to restart or to read its outcome). */
+  private async anyOwnerAlive(journals: readonly Journal[]): Promise<boolean> {
+    for (const j of journals) {
+      if (j.owner !== undefined && j.owner !== this.id && await this.members?.alive(j.owner)) return true;
+    }
+    return false;
+  }
+
+  /** Leaves an installer of the set its outcome (read when it holds the lock again). */
+  private tell(j: Journal, outcome: Outcome): void {
+    if (j.owner !== undefined) this.outcomes().put(j.owner, outcome);
+  }
+
+  private outcomes(): OutcomeBox {
+    return new OutcomeBox(`${this.lockFile}.outcomes`);
+  }
+
+  /**
+   * Finishes or undoes what interrupted installers (of any handler: they share the config)
+   * left half done, before this run changes anything. Runs under the host lock. An open set
+   * (its installers wait for its restart) is not interrupted: it is joined or finished.
+   */
+  private async recoverInterrupted(): Promise<void> {
+    const journals = this.pendingJournals();
+    if (journals.length === 0) return;
+    if (this.openSet().length > 0 && await this.anyOwnerAlive(journals)) return;
+    this.hostTouched = true;
+    const settlement = settlementOf(journals, this.currentConfig);
+    const handlers = journals.map(j => j.handler).join(', ');
+    for (const j of journals) {
+      this.log.warn(`an installer was interrupted during the ${j.operation} of ${j.handler}: ${settlement.action}`, { phase: j.phase, since: j.startedAt });
+      this.changed.push(`recovered the interrupted ${j.operation} of ${j.handler}: ${settlement.action}`);
+    }
+    switch (settlement.action) {
+      case 'complete':
+        for (const j of journals) {
+          await this.complete(j);
+          this.tell(j, { kind: 'done' });
+        }
+        return;
+      case 'finish':
+        await this.finishSet(journals);
+        break;
+      case 'undo':
+        this.undo(journals, settlement.rewrite);
+        if (settlement.restart && this.restarts(journals[0].layout)) {
+          const again = await this.timer.time('restart', () => this.restartAndCheck(journals[0].layout, []));
+          if (again) break; // the journals stay: the next run restarts again
+        }
+        for (const j of journals) {
+          this.clearJournal(j.handler);
+          this.tell(j, { kind: 'retry' });
+        }
+        return;
+      case 'abandon':
+        this.log.warn(`${settlement.file} was changed by someone else since: the interrupted change is left as it is`);
+        for (const j of journals) this.clearJournal(j.handler);
+        return;
+    }
+    if (this.pendingJournals().length > 0) {
       throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
-        `an interrupted change of ${journal.handler} was undone, but containerd is still failing (${again}): the node needs a human`);
+        `an interrupted change of ${handlers} was undone, but containerd is still failing: the node needs a human`);
     }
   }
 
@@ -865,14 +1101,17 @@ export class Installer {
     }
   }
 
-  /** Saves the file as it was before this edit; `undo` removes the copy (and folders it made). */
-  private backup(text: string): { file: string; undo: () => void } {
-    const dir = this.backupDir();
-    const created = fs.mkdirSync(dir, { recursive: true });
+  /** Where the config as it was before this edit is saved (a host path). */
+  private backupPath(): string {
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-    const file = path.join(dir, `${stamp}-${path.basename(this.o.config ?? 'config.toml')}`);
+    return path.join(this.o.installRoot, 'backups', this.o.handler, `${stamp}-${path.basename(this.o.config ?? 'config.toml')}`);
+  }
+
+  /** Saves the file as it was before this edit at `hostFile` (an undo removes it, and the folders it made). */
+  private backup(text: string, hostFile: string): void {
+    const file = onHost(this.o, hostFile);
+    fs.mkdirSync(path.dirname(file), { recursive: true });
     fs.writeFileSync(file, text, { mode: 0o600 });
-    return { file, undo: () => fs.rmSync(created ?? file, { recursive: true, force: true }) };
   }
 
   /** Keeps the five newest backups; run only after a change succeeded. */
@@ -962,37 +1201,66 @@ export class Installer {
     this.changed.push(`removed previous version ${binary}`);
   }
 
-  private async restartOrRollBack(layout: DistroLayout, binary: string | undefined, undo: () => void): Promise<void> {
-    if (!this.restarts(layout)) {
-      // k0s has no unit to restart: it reloads its drop-in folder by itself.
-      this.log.info('no restart: containerd picks the change up by itself or at its next restart', { distro: layout.distro });
+  /**
+   * A unit that systemd gave up on (start-limit-hit, or failed) is a human's to look at: the
+   * installer neither resets its failure counter nor starts it, and touches nothing.
+   */
+  private async refuseFailedUnit(layout: DistroLayout): Promise<void> {
+    if (this.o.restart !== 'systemd' || !layout.unit) return;
+    const r = await hostCommand(this.host, ['systemctl', 'show', '-p', 'ActiveState', '-p', 'SubState', '-p', 'Result', layout.unit], 20_000);
+    if (r.code !== 0) {
+      this.log.warn(`cannot ask systemd for ${layout.unit}'s state`, { error: r.stderr.trim().slice(0, 300) });
       return;
     }
-    const problem = await this.timer.time('restart', () => this.restartAndCheck(layout, binary));
-    if (!problem) return;
-    this.log.error('containerd did not come back with the new config; rolling back', { problem });
-    undo();
-    const again = await this.timer.time('restart', () => this.restartAndCheck(layout, undefined));
-    if (again) {
-      throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
-        `containerd failed after the change (${problem}) and is still failing after restoring the previous config (${again}): the node needs a human`);
-    }
-    throw new InstallerError(ExitCode.RESTART_FAILED_ROLLED_BACK, 'RestartFailedRolledBack',
-      `containerd failed after the change (${problem}); the previous config and binary were restored and containerd is serving again`);
+    const failure = unitFailure(parseShow(r.stdout));
+    if (!failure) return;
+    throw new InstallerError(ExitCode.CONTAINERD_UNIT_FAILED, 'ContainerdUnitFailed',
+      `${layout.unit}.service is failed (${failure}) on this node and the installer changed nothing: it does not reset systemd's start limit nor start the unit. ` +
+      `Find out why (journalctl -u ${layout.unit}), then run 'systemctl reset-failed ${layout.unit} && systemctl start ${layout.unit}'`);
   }
 
-  /** Restarts containerd and waits for it; returns what went wrong, or undefined. */
-  private async restartAndCheck(layout: DistroLayout, binary: string | undefined): Promise<string | undefined> {
+  /**
+   * Waits until the unit's start limit has room for one more start, leaving one to systemd
+   * (see restart-pacing.ts); records the start. Only for systemd restarts of a unit.
+   */
+  private async paceRestart(layout: DistroLayout): Promise<void> {
+    if (this.o.restart !== 'systemd' || !layout.unit || !this.lockFile) return;
+    const history = new RestartHistory(restartHistoryPath(this.lockFile));
+    const r = await hostCommand(this.host, ['systemctl', 'show', '-p', 'StartLimitBurst', '-p', 'StartLimitIntervalUSec',
+      '-p', 'ExecMainStartTimestampMonotonic', layout.unit], 20_000);
+    const show = r.code === 0 ? parseShow(r.stdout) : {};
+    const limit = startLimitOf(show);
+    const starts = history.read();
+    // The unit's last start, whoever made it (an admin, systemd's own Restart=): CLOCK_MONOTONIC is the host's too.
+    const startedMono = Number(show.ExecMainStartTimestampMonotonic);
+    if (startedMono > 0) {
+      const started = Date.now() - (Number(process.hrtime.bigint() / 1000n) - startedMono) / 1000;
+      if (!starts.some(t => Math.abs(t - started) < 1000)) starts.push(started);
+    }
+    const at = nextRestartAt(starts, limit, Date.now());
+    if (at > Date.now()) {
+      this.log.info(`pacing: ${layout.unit} allows ${limit!.burst} starts in ${limit!.intervalMs / 1000}s; the restart waits ${((at - Date.now()) / 1000).toFixed(1)}s`);
+      await this.timer.time('pacing', () => new Promise(res => setTimeout(res, at - Date.now())));
+    }
+    history.record(Date.now());
+  }
+
+  /**
+   * Restarts containerd and waits for it to serve with every handler of `installs` in its
+   * effective config; returns what went wrong, or undefined.
+   */
+  private async restartAndCheck(layout: DistroLayout, installs: readonly { handler: string; binary: string }[]): Promise<string | undefined> {
     const argv = this.o.restart === 'command'
       ? ['sh', '-c', this.o.restartCommand!]
       : ['systemctl', 'restart', layout.unit ?? 'containerd'];
+    await this.paceRestart(layout);
     this.log.info('restarting containerd', { command: argv.join(' ') });
     const r = await this.timer.time('restartCommand', () => hostCommand(this.host, argv));
     if (r.code !== 0) return `restart command exited ${r.code}: ${r.stderr.trim().slice(0, 300)}`;
     const deadline = Date.now() + this.o.healthTimeoutSeconds * 1000;
     let last = 'no answer';
     while (Date.now() < deadline) {
-      last = await this.timer.time('health', () => this.health(layout, binary)) ?? '';
+      last = await this.timer.time('health', () => this.health(layout, installs)) ?? '';
       if (last === '') return undefined;
       await new Promise(res => setTimeout(res, HEALTH_POLL_MS));
     }
@@ -1005,18 +1273,19 @@ export class Installer {
    * effective config (a file containerd reads, not a question to the daemon) is read while
    * it starts. Every check must pass, and the first failing one, in this order, is reported.
    */
-  private async health(layout: DistroLayout, binary: string | undefined): Promise<string | undefined> {
+  private async health(layout: DistroLayout, installs: readonly { handler: string; binary: string }[]): Promise<string | undefined> {
     const [version, plugins, dump] = await Promise.all([
       hostCommand(this.host, ['ctr', '--address', layout.socket, 'version'], 10_000),
       hostCommand(this.host, ['ctr', '--address', layout.socket, 'plugins', 'ls'], 10_000),
-      binary ? hostCommand(this.host, ['containerd', '--config', layout.effectiveConfig, 'config', 'dump'], 20_000) : undefined,
+      installs.length > 0 ? hostCommand(this.host, ['containerd', '--config', layout.effectiveConfig, 'config', 'dump'], 20_000) : undefined,
     ]);
     if (version.code !== 0) return `socket ${layout.socket} does not answer`;
     const cri = plugins.stdout.split('\n').filter(l => /\bcri\b/.test(l));
     if (plugins.code !== 0 || cri.length === 0 || cri.some(l => /\berror\b/.test(l))) return 'the CRI plugin is not running';
-    if (binary && dump) {
+    if (dump) {
       if (dump.code !== 0) return `containerd cannot read its config: ${dump.stderr.trim().slice(0, 300)}`;
-      if (!dump.stdout.includes(binary)) return `the effective config does not contain handler ${this.o.handler}`;
+      const missing = installs.filter(i => !dump.stdout.includes(i.binary)).map(i => i.handler);
+      if (missing.length > 0) return `the effective config does not contain handler ${missing.join(', ')}`;
     }
     return undefined;
   }

@@ -29,6 +29,18 @@ export interface Journal {
   readonly removeWhenDone: string[];
   /** The state file to write once the change is complete (install). */
   readonly stateToWrite?: { readonly file: string; readonly text: string };
+  /** The backup of the config this change made (a host path), removed when the change is undone. */
+  readonly backup?: string;
+  /**
+   * The change set this change belongs to: changes of several installers written one after
+   * the other, each on the text the previous one left, and restarted for once. Absent: a set
+   * of its own (what installers before change sets wrote).
+   */
+  readonly set?: string;
+  /** Its place in the set (the order the changes were written in). */
+  readonly seq?: number;
+  /** The installer run that made the change (it waits for its outcome). */
+  readonly owner?: string;
   readonly startedAt: string;
 }
 
@@ -60,4 +72,58 @@ export function parseJournal(text: string): Journal | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** What is done with a change set (the journals of one set) given its config files' bytes now. */
+export type Settlement =
+  /** Every change is in its file and containerd came back with them: only the states and the clean-up are left. */
+  | { readonly action: 'complete' }
+  /** Every change is in its file: restart, check all of them, then complete. */
+  | { readonly action: 'finish' }
+  /**
+   * Not every change made it into its file (an installer ended between two steps) or the set is
+   * being rolled back: every file goes back to its text before the set (`rewrite`), what the
+   * changes created goes, and containerd restarts when it may have read a change.
+   */
+  | { readonly action: 'undo'; readonly rewrite: ReadonlyMap<string, string | null>; readonly restart: boolean }
+  /** A file holds bytes no change of the set wrote (someone else edited it since): touch nothing. */
+  | { readonly action: 'abandon'; readonly file: string };
+
+/** The journals of one set in the order they were written. */
+export function inOrder(journals: readonly Journal[]): Journal[] {
+  return [...journals].sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0) || a.startedAt.localeCompare(b.startedAt));
+}
+
+/**
+ * The settlement of a change set. The changes to one file form a chain (each edited the text
+ * the previous one left), so the file's bytes now show how far the chain got: at its end,
+ * every change is in; equal to a change's original, that change and the later ones are out.
+ * A set is finished or undone as a whole: containerd either restarts with all of its changes
+ * or with none. For a set of one change this is `recoveryFor`.
+ */
+export function settlementOf(journals: readonly Journal[], current: (configFile: string) => string | null): Settlement {
+  const chains = new Map<string, Journal[]>();
+  for (const j of inOrder(journals)) chains.set(j.layout.config, [...(chains.get(j.layout.config) ?? []), j]);
+  let allIn = true;
+  const rewrite = new Map<string, string | null>();
+  for (const [file, chain] of chains) {
+    const now = current(file);
+    if (now === chain[chain.length - 1].edited) {
+      rewrite.set(file, chain[0].original);
+      continue;
+    }
+    allIn = false;
+    const known = chain.some(j => j.original === now || j.edited === now);
+    if (!known) return { action: 'abandon', file };
+    if (now !== chain[0].original) rewrite.set(file, chain[0].original);
+  }
+  if (allIn) return journals.every(j => j.phase === 'restarted') ? { action: 'complete' } : { action: 'finish' };
+  return { action: 'undo', rewrite, restart: journals.some(j => j.phase !== 'prepared') };
+}
+
+/** Each file of a set with its bytes before the set's first change to it. */
+export function chainStarts(set: readonly Journal[]): Map<string, string | null> {
+  const starts = new Map<string, string | null>();
+  for (const j of inOrder(set)) if (!starts.has(j.layout.config)) starts.set(j.layout.config, j.original);
+  return starts;
 }
