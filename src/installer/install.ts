@@ -15,8 +15,8 @@ import { hostLockPath, HostLockError, LockWaiters, withHostLock } from './host-l
 import { HostPathError } from './host-paths';
 import { findHostTool } from './host-tools';
 import { chainStarts, inOrder, Journal, parseJournal, settlementOf } from './journal';
-import { Outcome, OutcomeBox } from './outcomes';
 import { artifactFor, Distro, InstallerOptions } from './options';
+import { Outcome, OutcomeBox } from './outcomes';
 import { preflight, PreflightContext } from './preflight';
 import { nextRestartAt, parseShow, RestartHistory, restartHistoryPath, startLimitOf, unitFailure } from './restart-pacing';
 import { InstallState, parseState } from './state';
@@ -708,7 +708,8 @@ export class Installer {
     }
   }
 
-  private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined, waiters: LockWaiters): Promise<InstallResult | Pending> {
+  private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined,
+    waiters: LockWaiters): Promise<InstallResult | Pending> {
     const o = this.o;
     await this.finishOpenSetFirst(layout);
     const state = this.readState();
@@ -763,11 +764,15 @@ export class Installer {
       await pauseForTests('config-written');
       if (state) this.changed.push(`removed ${state.payloadDir ?? shimsDir(o)}`);
       const result: InstallResult = { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
-      return this.commit({ journal, result, finish: async () => {
-        this.collectPayloads();
-        this.rotateBackups();
-        return result;
-      } }, waiters);
+      return this.commit({
+        journal,
+        result,
+        finish: async () => {
+          this.collectPayloads();
+          this.rotateBackups();
+          return result;
+        },
+      }, waiters);
     }
     this.removeAndPrune(onHost(o, shimsDir(o)));
     this.removeAndPrune(statePath(o));

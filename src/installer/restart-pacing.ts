@@ -30,8 +30,18 @@ export function parseTimespanMs(text: string): number | undefined {
   if (t === 'infinity') return Number.POSITIVE_INFINITY;
   if (t === '0' || t === '') return 0;
   const units: Record<string, number> = {
-    us: 0.001, usec: 0.001, ms: 1, msec: 1, s: 1000, sec: 1000, min: 60_000, m: 60_000, h: 3_600_000, hr: 3_600_000,
-    d: 86_400_000, w: 604_800_000,
+    us: 0.001,
+    usec: 0.001,
+    ms: 1,
+    msec: 1,
+    s: 1000,
+    sec: 1000,
+    min: 60_000,
+    m: 60_000,
+    h: 3_600_000,
+    hr: 3_600_000,
+    d: 86_400_000,
+    w: 604_800_000,
   };
   let total = 0;
   let rest = t;

@@ -1,5 +1,5 @@
-import { nextRestartAt, parseShow, parseTimespanMs, startLimitOf, unitFailure } from '../../src/installer/restart-pacing';
 import { Journal, settlementOf } from '../../src/installer/journal';
+import { nextRestartAt, parseShow, parseTimespanMs, startLimitOf, unitFailure } from '../../src/installer/restart-pacing';
 
 describe('systemd time spans as systemctl show prints them', () => {
   test.each([
