@@ -6,6 +6,8 @@
 #
 # lua5.1 runs the Argo CD health check of the Shim kind in the tests (Argo CD speaks Lua 5.1);
 # python3-build, setuptools, wheel and golang-go build and check the jsii targets in CI.
+# systemd-container and debootstrap make the root file system of the test nodes that boot a
+# real systemd (test/support/systemd-node.ts), cached as node-rootfs-bookworm.
 #
 # Usage: scripts/provision.sh            (needs root for apt-get)
 # Env:   RCM_CACHE_DIR   where built binaries are cached (default ~/.cache/rcm)
@@ -158,6 +160,58 @@ fetch_node24() {
   log "node 24: $("$dest/bin/node" --version)"
 }
 
+# The root file system of the "production-shaped" test nodes (test/support/systemd-node.ts):
+# Debian bookworm with systemd as init, dbus, and Debian's own containerd and runc (their units
+# unchanged). Tests boot copies of it with systemd-nspawn; the cached one is never booted.
+NODE_ROOTFS="$CACHE_DIR/node-rootfs-bookworm"
+NODE_ROOTFS_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,iproute2
+
+# The Debian archive this machine's apt uses for bookworm (a mirror may stand in for
+# deb.debian.org): deb822 .sources files, then one-line .list files; deb.debian.org otherwise.
+debian_mirror() {
+  local uri
+  uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk 'BEGIN { RS = ""; FS = "\n" }
+    {
+      types = ""; uris = ""; suites = ""; enabled = "yes"
+      for (i = 1; i <= NF; i++) {
+        if ($i ~ /^[ \t]*#/ || $i ~ /^[ \t]/) continue
+        key = tolower($i); sub(/:.*/, "", key)
+        val = $i; sub(/^[^:]*:[ \t]*/, "", val)
+        if (key == "types") types = val; else if (key == "uris") uris = val
+        else if (key == "suites") suites = val; else if (key == "enabled") enabled = tolower(val)
+      }
+      if (enabled != "no" && (" " types " ") ~ /[ \t]deb[ \t]/ && (" " suites " ") ~ /[ \t]bookworm[ \t]/) {
+        split(uris, u, /[ \t]+/); print u[1]; exit
+      }
+    }')
+  if [ -z "$uri" ]; then
+    uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '$1 == "deb" {
+      i = 2; if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
+      if ($(i + 1) == "bookworm") { print $i; exit } }')
+  fi
+  case "$uri" in http://*|https://*) printf '%s\n' "${uri%/}" ;; *) echo http://deb.debian.org/debian ;; esac
+}
+
+build_node_rootfs() {
+  if [ -x "$NODE_ROOTFS/usr/bin/containerd" ] && [ -x "$NODE_ROOTFS/lib/systemd/systemd" ]; then
+    log "node root file system cached in $NODE_ROOTFS"
+    return 0
+  fi
+  # shellcheck disable=SC2046
+  apt_install $(missing_packages systemd-container debootstrap)
+  need_root "debootstrap needs root to build $NODE_ROOTFS"
+  local mirror start
+  mirror="$(debian_mirror)"
+  start=$(date +%s)
+  log "debootstrapping bookworm ($NODE_ROOTFS_PACKAGES) from $mirror into $NODE_ROOTFS (about a minute)"
+  rm -rf "$NODE_ROOTFS.tmp" && mkdir -p "$(dirname "$NODE_ROOTFS")"
+  debootstrap --variant=minbase --include="$NODE_ROOTFS_PACKAGES" bookworm "$NODE_ROOTFS.tmp" "$mirror" \
+    >"$CACHE_DIR/node-rootfs-bookworm.log" 2>&1 \
+    || { tail -40 "$CACHE_DIR/node-rootfs-bookworm.log" >&2; exit 1; }
+  rm -rf "$NODE_ROOTFS" && mv "$NODE_ROOTFS.tmp" "$NODE_ROOTFS"
+  log "node root file system in $NODE_ROOTFS ($(du -sh "$NODE_ROOTFS" | cut -f1), $(( $(date +%s) - start )) s)"
+}
+
 main() {
   # shellcheck disable=SC2046
   apt_install $(missing_packages "${DEB_PACKAGES[@]}")
@@ -166,6 +220,7 @@ main() {
   fetch_containerd_suite sid
   fetch_node24
   fetch_runtimes
+  build_node_rootfs
   log "ready"
 }
 
