@@ -86,21 +86,46 @@ export class LockWaiters {
 
   /** Announces this process as waiting; the returned function withdraws it. */
   async announce(id: string): Promise<() => void> {
-    fs.mkdirSync(this.dir, { recursive: true });
     const temporary = path.join(this.dir, `.${id}.new`);
     const marker = path.join(this.dir, id);
-    const fd = fs.openSync(temporary, 'w', 0o600);
+    // The folders go again when this run made them and nobody else uses them: a run that
+    // changes nothing leaves the host as it was. Another run may remove them between our
+    // mkdir and open: make them again then.
+    let created: string | undefined;
+    let fd: number | undefined;
+    for (let attempt = 0; fd === undefined; attempt++) {
+      created = fs.mkdirSync(this.dir, { recursive: true }) ?? created;
+      try {
+        fd = fs.openSync(temporary, 'w', 0o600);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT' || attempt >= 5) throw e;
+      }
+    }
+    const removeFolders = () => {
+      for (let d = this.dir; created !== undefined && d.startsWith(created); d = path.dirname(d)) {
+        try {
+          fs.rmdirSync(d);
+        } catch {
+          return; // not empty: another run's marker, or the lock file
+        }
+      }
+    };
     try {
       await lock(fd, temporary, 0, this.log, this.flockBinary);
       fs.renameSync(temporary, marker);
     } catch (e) {
       fs.closeSync(fd);
       fs.rmSync(temporary, { force: true });
+      removeFolders();
       throw e;
     }
+    let withdrawn = false;
     return () => {
+      if (withdrawn) return;
+      withdrawn = true;
       fs.rmSync(marker, { force: true });
-      fs.closeSync(fd);
+      fs.closeSync(fd!);
+      removeFolders();
     };
   }
 

@@ -69,6 +69,9 @@ async function pauseForTests(step: string): Promise<void> {
  */
 const HEALTH_POLL_MS = 100;
 
+/** How often a written change waiting for the others of its set looks again (it releases the lock meanwhile). */
+const SET_POLL_MS = 200;
+
 /** A promise's outcome, kept until it is asked for (a rejection waiting there is not unhandled). */
 type Settled<T> = { readonly value: T } | { readonly error: unknown };
 
@@ -249,6 +252,9 @@ export class Installer {
   /** The installers whose changes are written (a live one's change set is open, not interrupted). */
   private members?: LockWaiters;
   private leaveMembers?: () => void;
+  private withdrawComing?: () => void;
+  /** When this run's change was written (it waits for the others' changes at most setWaitSeconds from then). */
+  private joinedAt?: number;
 
   constructor(private readonly o: InstallerOptions, private readonly log: Logger) {
     this.id = `${o.handler}-${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
@@ -280,14 +286,20 @@ export class Installer {
     const distro = detectDistro(this.o);
     this.host = hostContext(this.o, distro);
     const detecting = this.timer.time('detect', () => containerdVersion(this.host));
+    // From its start, an install or uninstall is seen by the others on the node: the one whose
+    // change is written first waits for the rest (bounded), so that containerd restarts once for all.
+    const announced = this.o.command === 'status' ? undefined : this.announceComing();
     // An artifact the state file does not record is downloaded whatever the layout turns out to
     // be: that starts while containerd tells its version. A failed download is reported where it
     // was before, after the layout's own errors.
     const scratch = this.o.command === 'install' ? fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fetch-')) : undefined;
     const early = scratch !== undefined && !this.recordedArtifact() ? settle(this.fetchArtifact(scratch)) : undefined;
     try {
+      await announced;
       return await this.runDetected(distro, await detecting, scratch, early);
     } finally {
+      this.withdrawComing?.();
+      this.leaveMembers?.();
       if (scratch !== undefined) fs.rmSync(scratch, { recursive: true, force: true });
     }
   }
@@ -348,16 +360,12 @@ export class Installer {
     this.lockFile = lock;
     const waiters = new LockWaiters(lock, this.log);
     this.members = new LockWaiters(lock, this.log, 'members');
-    // While this run waits for the lock, the holder sees it and leaves its restart to the last waiter.
-    let withdraw: (() => void) | undefined = await waiters.announce(this.id).catch(() => undefined);
     const waitStarted = Date.now();
     let pending: Pending | undefined;
     try {
       for (;;) {
         const step = await withHostLock(lock, 10 * 60_000, this.log, async (): Promise<InstallResult | Pending> => {
           this.timer.timings.lockWaitMs ??= Date.now() - waitStarted;
-          withdraw?.();
-          withdraw = undefined;
           if (pending) return this.resume(pending, waiters, base, layout, version?.major, scratch, fetched);
           await this.recoverInterrupted();
           return this.change(base, layout, version?.major, scratch, fetched, waiters);
@@ -365,13 +373,25 @@ export class Installer {
           throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
         });
         if (!isPending(step)) return { ...step, timings: this.timer.total() };
-        // Written and waiting for the set's restart: the lock again, then the outcome.
+        // Written and waiting for the set's restart: the lock again (after a moment for the
+        // others to take it), then the outcome.
+        if (!pending) this.log.info('the change is written; other installers on this node have changes coming: containerd restarts once for all of them', { set: step.journal.set });
         pending = step;
-        this.log.info('the change is written; another installer waits with a change of its own: containerd restarts once for both, after it', { set: step.journal.set });
+        await new Promise(res => setTimeout(res, SET_POLL_MS));
       }
     } finally {
-      withdraw?.();
-      this.leaveMembers?.();
+      this.withdrawComing?.();
+    }
+  }
+
+  /** Marks this run as coming with a change (see LockWaiters); withdrawn once its change is written or it ends. */
+  private async announceComing(): Promise<void> {
+    try {
+      this.lockFile = onHost(this.o, hostLockPath(this.o.installRoot));
+      this.withdrawComing = await new LockWaiters(this.lockFile, this.log).announce(this.id);
+    } catch (e) {
+      // Without the mark this run only misses a shared restart; the lock itself reports what is wrong.
+      this.log.warn('could not announce this installer to the others on the node', { error: (e as Error).message });
     }
   }
 
@@ -861,6 +881,9 @@ export class Installer {
   /** Marks this run as alive with a change written, until it ends (the kernel drops the mark with it). */
   private async joinMembers(): Promise<void> {
     this.leaveMembers ??= await this.members?.announce(this.id);
+    this.withdrawComing?.();
+    this.withdrawComing = undefined;
+    this.joinedAt ??= Date.now();
   }
 
   /** This run's place in the open set (a new set when there is none). */
@@ -891,7 +914,8 @@ export class Installer {
    * restart is left to the last of them, and this run waits for the lock again (Pending).
    */
   private async commit(pending: Pending, waiters: LockWaiters): Promise<InstallResult | Pending> {
-    if (this.restarts(pending.journal.layout) && !this.solo && await waiters.others(this.id) > 0) return pending;
+    const gathering = this.joinedAt !== undefined && Date.now() - this.joinedAt < this.o.setWaitSeconds * 1000;
+    if (this.restarts(pending.journal.layout) && !this.solo && gathering && await waiters.others(this.id) > 0) return pending;
     await this.finishSet(this.openSet());
     const outcome = this.outcomes().peek(this.id);
     if (outcome?.kind === 'done') {

@@ -46,6 +46,8 @@ export interface InstallerOptions {
   readonly maxExtractedBytes: number;
   readonly maxFiles: number;
   readonly healthTimeoutSeconds: number;
+  /** How long a written change waits for the other installers on the node to add theirs before containerd restarts. */
+  readonly setWaitSeconds: number;
   readonly downloadTimeoutSeconds: number;
   readonly retries: number;
 }
@@ -79,6 +81,7 @@ export const FLAGS: FlagSpec[] = [
   { name: 'max-extracted-size', arg: 'BYTES', help: 'most a .tar.gz artifact may unpack to (default 1073741824)' },
   { name: 'max-files', arg: 'N', help: 'most entries a .tar.gz artifact may hold (default 1000)' },
   { name: 'health-timeout', arg: 'SECONDS', help: 'how long to wait for containerd after a restart (default 60)' },
+  { name: 'set-wait', arg: 'SECONDS', help: 'how long a written change waits for the other installers running on the node to add theirs, so that containerd restarts once for all (default 15)' },
   { name: 'download-timeout', arg: 'SECONDS', help: 'most one download attempt may take in all, connecting included (default 120)' },
   { name: 'retries', arg: 'N', help: 'download attempts after the first (default 3)' },
   { name: 'json-logs', help: 'log JSON lines on stderr' },
@@ -98,7 +101,8 @@ export function helpText(): string {
     '',
     'Exit codes: 0 success, 2 bad input, 3 download or verification failed, 4 containerd',
     'config failed, 5 restart failed and rolled back, 6 restart failed and NOT rolled back,',
-    '143 stopped by SIGTERM before anything on the host changed.',
+    "7 containerd's systemd unit was already failed (nothing changed), 143 stopped by SIGTERM",
+    'before anything on the host changed.',
   ].join('\n');
 }
 
@@ -217,6 +221,7 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
     maxExtractedBytes: wholeNumber(single['max-extracted-size'], 'max-extracted-size', 1024 * 1024 * 1024),
     maxFiles: wholeNumber(single['max-files'], 'max-files', 1000),
     healthTimeoutSeconds: wholeNumber(single['health-timeout'], 'health-timeout', 60),
+    setWaitSeconds: wholeNumber(single['set-wait'], 'set-wait', 15, 0),
     downloadTimeoutSeconds: wholeNumber(single['download-timeout'], 'download-timeout', 120),
     retries: wholeNumber(single.retries, 'retries', 3, 0),
   };
