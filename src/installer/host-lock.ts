@@ -102,7 +102,13 @@ export class LockWaiters {
       }
     }
     const removeFolders = () => {
-      for (let d = this.dir; created !== undefined && d.startsWith(created); d = path.dirname(d)) {
+      // The markers' folder goes when empty, whoever made it; its parents only if this run made them.
+      try {
+        fs.rmdirSync(this.dir);
+      } catch {
+        return;
+      }
+      for (let d = path.dirname(this.dir); created !== undefined && d.startsWith(created); d = path.dirname(d)) {
         try {
           fs.rmdirSync(d);
         } catch {

@@ -39,6 +39,11 @@ export class OutcomeBox {
   take(owner: string): Outcome | undefined {
     const outcome = this.peek(owner);
     fs.rmSync(this.file(owner), { force: true });
+    try {
+      fs.rmdirSync(this.dir); // when it was the last one
+    } catch {
+      // others' outcomes are still there, or there was none
+    }
     return outcome;
   }
 
