@@ -224,6 +224,11 @@ interface Candidate {
   readonly attempt: number;
   /** A retry of a node that failed: first in line, and it goes on while the rollout is stopped. */
   readonly retry: boolean;
+  /**
+   * Another Shim's installer runs on the node now: a Job started there now joins its change
+   * set on the node (one containerd restart for both), so such nodes come first in line.
+   */
+  readonly joins: boolean;
   readonly supersedes: readonly JobView[];
 }
 
@@ -385,7 +390,8 @@ export function plan(input: PlanInput): Plan {
       tally.blocked.push(node.name);
       continue;
     }
-    candidates.push({ node, step, attempt, retry: relevant, supersedes: kept });
+    const joins = (others.get(node.name) ?? NO_JOBS).some(j => j.phase === 'running');
+    candidates.push({ node, step, attempt, retry: relevant, joins, supersedes: kept });
   }
 
   const ownJobs = [...own.values()].flat();
@@ -404,7 +410,9 @@ export function plan(input: PlanInput): Plan {
   // failing nodes and removals go on.
   tally.stopped = tally.failures.some(f => f.exhausted && f.operation === 'install');
   let budget = maxInFlight(shim.spec ?? {}, deleting ? traced : selected.length) - tally.inFlight;
-  const order = (c: Candidate) => (c.retry ? 0 : c.step.operation === 'uninstall' ? 1 : 2);
+  // Retries first, then removals, then installs; within each, the nodes where another Shim's
+  // installer runs now (the node restarts containerd once for both), then by name.
+  const order = (c: Candidate) => (c.retry ? 0 : c.step.operation === 'uninstall' ? 2 : 4) + (c.joins ? 0 : 1);
   for (const c of candidates.sort((a, b) => order(a) - order(b))) {
     const exempt = c.step.reverify === true;
     if (!exempt && tally.stopped && c.step.operation === 'install' && !c.retry) continue;

@@ -182,6 +182,65 @@ describe('rolling batches (installs and uninstalls share the budget, I4)', () =>
   });
 });
 
+describe('change sets across Shims: a node restarts containerd once for the Shims that change it together', () => {
+  const wasm = (spec: Partial<ShimSpec> = {}) => shim({ runtimeClass: { name: 'wasm', handler: 'wasm' }, ...spec }, { name: 'wasm', uid: 'u2' });
+  const wasmJob = (nodeName: string, phase: JobView['phase']) => job(nodeName, wasm(), phase, 'install', { shimUid: 'u2', handler: 'wasm', name: `wasm-${nodeName}` });
+  const rolling1 = { rolloutStrategy: { type: 'rolling' as const, rolling: { maxUpdate: 1 } } };
+
+  test.each<[string, JobView[], string[]]>([
+    ['no other installer anywhere: by name', [], ['a:install:spin']],
+    ['another Shim\'s installer runs on c: c first (its change set there takes this change too)', [wasmJob('c', 'running')], ['c:install:spin']],
+    ['another Shim\'s installer finished on c: by name again', [wasmJob('c', 'succeeded')], ['a:install:spin']],
+  ])('%s', (_what, jobs, expected) => {
+    // GIVEN four nodes without spin, spin rolling one node at a time
+    const nodes = ['a', 'b', 'c', 'd'].map(n => node(n));
+    // WHEN spin plans while other Shims' installers are as given
+    const { actions } = run({ shim: shim(rolling1), nodes, jobs, otherShims: [wasm()] });
+    // THEN its one slot goes to the node named
+    expect(created(actions)).toEqual(expected);
+  });
+
+  test('the order of precedence stays: a retry, then removals, before an install that would join', () => {
+    // GIVEN a deselected node with spin (an uninstall due), and c where wasm's installer runs (an install could join)
+    const s = shim({ ...rolling1, nodeSelector: { pool: 'x' } });
+    const nodes = [installed('a', s), node('b', { pool: 'x' }), node('c', { pool: 'x' })];
+    // WHEN spin plans its one slot
+    const { actions } = run({ shim: s, nodes, jobs: [wasmJob('c', 'running')], otherShims: [wasm()] });
+    // THEN the removal goes first
+    expect(created(actions)).toEqual(['a:uninstall:spin']);
+  });
+
+  test('two Shims rolling one node at a time, the second a node behind: it catches up with the first, and every node changes for both at once', () => {
+    // GIVEN spin rolling over four nodes, one at a time; wasm created once spin is on its second node
+    const w = new World(['a', 'b', 'c', 'd']);
+    const spin = shim(rolling1, { finalizers: [] });
+    w.shims.push(spin);
+    w.step('spin');
+    w.finish();
+    w.step('spin'); // records a, starts b
+    w.shims.push(wasm({ ...rolling1 }));
+    (w.shims[1].metadata as any).finalizers = [];
+    // WHEN both reconcile in every round, the kubelets finishing the round's Jobs together
+    const rounds: string[][] = [];
+    for (let i = 0; i < 12; i++) {
+      w.step('wasm');
+      rounds.push(w.running().map(j => `${j.node}:${j.handler}`).sort());
+      w.finish();
+      w.step('spin');
+      w.checkOneOperationPerNode();
+    }
+    // THEN wasm's first install went where spin's installer was running (b), not to a
+    expect(rounds[0]).toEqual(['b:spin', 'b:wasm']);
+    // AND each node after a saw both Shims' installers in the same round (one change set, one restart)
+    for (const n of ['b', 'c', 'd']) {
+      const withJobs = rounds.filter(r => r.some(x => x.startsWith(`${n}:`)));
+      expect({ node: n, rounds: withJobs.length }).toEqual({ node: n, rounds: 1 });
+    }
+    // AND every node ends with both handlers
+    expect([...w.hosts.values()].every(h => h.has('spin') && h.has('wasm'))).toBe(true);
+  });
+});
+
 describe('I1: the scheduler is never lied to', () => {
   test('item 1: a handler change under rolling: the RuntimeClass selects only nodes with the new handler, and the old one is removed', () => {
     const { w, s } = world(['a', 'b', 'c'], { rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
