@@ -11,13 +11,18 @@ import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../suppor
 import { eventually, Rest } from '../support/rest';
 import { BUSYBOX_IMAGE } from '../support/single-node-cluster';
 
-// The product on a fleet: three real kubelets 1.20.2 on this machine, each node in its own
-// mount and pid namespaces with its own containerd (1.6 plain, 1.7 customised with a
-// symlinked config, and a k3s-shaped node), one control plane. The app is synthesized with
-// cdk8s and applied with kubectl; the controller runs as pods and its installer Jobs reach
-// each node's containerd through nsenter into PID 1 and the default `systemctl restart`, as
-// on real machines. Results are read from the API and from the nodes' own files.
-// Needs root and scripts/provision.sh; run it with `npx projen e2e:multinode`.
+// The product on a fleet: three real kubelets 1.20.2 on this machine, one control plane, each
+// node with its own containerd. Two nodes are production-shaped: PID 1 is a real systemd
+// (systemd-nspawn), containerd runs under Debian's stock containerd.service with systemd's
+// default start limit (5 starts in 10 s), runc with SystemdCgroup = true, the kubelet as
+// kubelet.service with the systemd cgroup driver: A with containerd 1.6 (plain), B with 1.7
+// and an admin's customised config behind a symlink. The third, C, is k3s-shaped (its own mount
+// and pid namespaces, a systemctl stand-in). The app is synthesized with cdk8s and applied with
+// kubectl; the controller runs as pods and its installer Jobs reach each node's containerd
+// through nsenter into PID 1 and the default `systemctl restart`: on A and B that is the
+// node's systemd, start limit and all. Results are read from the API and from the nodes' own
+// files and journals. Needs root and scripts/provision.sh (the nodes' root file system); run it
+// with `npx projen e2e:multinode`.
 
 const NODES = { 'rcm-node-a': 'plain', 'rcm-node-b': 'custom', 'rcm-node-c': 'k3s' } as const;
 const [A, B, C] = Object.keys(NODES);
@@ -341,7 +346,10 @@ function expectOneAtATime(all: InstallerPod[]): void {
   }
 }
 
-/** Starts of a node's containerd unit after `since` (ms). */
+/**
+ * Starts of a node's containerd unit after `since` (ms): on a systemd node the starts systemd
+ * completed (from its journal), on the k3s node every start of the unit's script.
+ */
 function containerdStarts(n: ClusterNode, since: number): number[] {
   return n.host.unitEvents(n.containerdUnit).filter(e => e.event === 'start' && e.at > since).map(e => e.at);
 }
@@ -428,6 +436,21 @@ afterAll(async () => {
 }, 300_000);
 
 step('the cluster: three Ready nodes, each with its own containerd, and a hostPID pod lands in its own node\'s view', async () => {
+  // GIVEN two production-shaped nodes: systemd as PID 1, Debian's stock containerd.service with
+  // the default start limit, runc and the kubelet on the systemd cgroup driver
+  for (const n of [cluster.node(A), cluster.node(B)]) {
+    expect(n.kind).toBe('systemd');
+    const sd = n.systemd!;
+    expect(sd.exec(['cat', '/proc/1/comm']).trim()).toBe('systemd');
+    expect(sd.show('containerd', ['StartLimitBurst', 'StartLimitIntervalUSec', 'FragmentPath', 'Restart'])).toEqual({
+      StartLimitBurst: '5', StartLimitIntervalUSec: '10s', FragmentPath: '/lib/systemd/system/containerd.service', Restart: 'always',
+    });
+    expect(sd.unitState('containerd')).toMatchObject({ activeState: 'active', subState: 'running' });
+    expect(sd.unitState('kubelet')).toMatchObject({ activeState: 'active', subState: 'running' });
+    expect(handlersOf(n.configDump()).runc.options.SystemdCgroup).toBe(true);
+    expect(n.host.read('/var/lib/kubelet/config.yaml')).toMatch(/^cgroupDriver: systemd$/m);
+  }
+  expect(cluster.node(C).kind).toBe('nodehost');
   // THEN every node runs its own containerd version
   const versions = await Promise.all(cluster.nodes.map(async n => (await getNode(n.name)).status.nodeInfo.containerRuntimeVersion));
   expect(versions).toEqual([expect.stringMatching(/^containerd:\/\/1\.6\./), expect.stringMatching(/^containerd:\/\/1\.7\./), expect.stringMatching(/^containerd:\/\/1\.6\./)]);
@@ -473,12 +496,24 @@ step('the cluster: three Ready nodes, each with its own containerd, and a hostPI
     const done = probes[i];
     expect(done.status.phase).toBe('Succeeded');
     const seen = JSON.parse(done.status.containerStatuses[0].state.terminated.message);
-    expect(seen).toMatchObject({ viaHostRoot: `${n.name}\n`, viaNsenter: `${n.name}\n`, init: 'bash /etc/rcm-node/init', sockets: [n.socket] });
+    expect(seen).toMatchObject({
+      viaHostRoot: `${n.name}\n`,
+      viaNsenter: `${n.name}\n`,
+      init: n.kind === 'systemd' ? expect.stringMatching(/^\/lib\/systemd\/systemd( |$)/) : 'bash /etc/rcm-node/init',
+      sockets: [n.socket],
+    });
     expect(seen.kubeletPods).toContain(done.metadata.uid);
     expect(seen.kubeletPods.filter((uid: string) => probes.some(p => p.metadata.uid === uid))).toEqual([done.metadata.uid]);
-    // AND the node's containers are in the node's own cgroup root
+    // AND the node's containers are in the node's own cgroups: below its cgroup root (cgroupfs),
+    // or in a systemd slice of the pod's (systemd driver) below the node's own cgroup on this machine
     const id = String(done.status.containerStatuses[0].containerID).replace('containerd://', '');
-    expect(JSON.parse(n.ctr(['-n', 'k8s.io', 'containers', 'info', id])).Spec.linux.cgroupsPath).toMatch(new RegExp(`^${n.cgroupRoot}/`));
+    const cgroupsPath = JSON.parse(n.ctr(['-n', 'k8s.io', 'containers', 'info', id])).Spec.linux.cgroupsPath;
+    if (n.kind === 'systemd') {
+      expect(cgroupsPath).toBe(`kubepods-besteffort-pod${done.metadata.uid.replace(/-/g, '_')}.slice:cri-containerd:${id}`);
+      expect(fs.existsSync(path.join(n.cgroupRoot, 'kubepods.slice', 'kubepods-besteffort.slice'))).toBe(true);
+    } else {
+      expect(cgroupsPath).toMatch(new RegExp(`^${n.cgroupRoot}/`));
+    }
   }
   await deleteWorkloads();
 });
@@ -610,9 +645,13 @@ step('scenario 2: a node whose containerd refuses to come back rolls back, keeps
   const bNode = await getNode(B);
   expect(bNode.metadata.labels).toMatchObject({ [STATE_LABEL]: 'failed', [HANDLER_LABEL]: HANDLER });
   expect(JSON.parse(bNode.metadata.annotations[ShimNodeLabels.failureKey(SHIM)])).toMatchObject({ reason: 'RestartFailedRolledBack' });
-  // AND B's containerd did refuse (starts that failed), and B was rolled back to the previous version each time
+  // AND B's containerd did refuse (starts that failed: systemd's start jobs failed), and B was rolled back to the previous version each time
   expect(b.host.unitEvents('containerd').filter(e => e.event === 'exit' && e.at > since).length).toBeGreaterThan(0);
-  expect(b.host.read('/var/log/containerd.log')).toContain('refusing to start (test fault)');
+  expect(b.host.unitEvents('containerd').filter(e => e.event === 'failed' && e.at > since).length).toBeGreaterThan(0);
+  expect(b.host.unitOutput('containerd')).toContain('refusing to start (test fault)');
+  // AND B's systemd never refused a start for the start limit, and containerd runs (the installer's restarts are paced)
+  expect(b.systemd!.startLimitHits('containerd')).toBe(0);
+  expect(b.systemd!.unitState('containerd')).toMatchObject({ activeState: 'active', subState: 'running' });
   expect(handlersOf(b.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v1') });
   expect(watch.of({ node: B, operation: 'install' }).filter(p => p.reason === 'Error')).toHaveLength(2);
   // AND A has the new version; the rollout stopped before C: no install there, still the old version

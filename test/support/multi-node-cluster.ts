@@ -9,27 +9,75 @@ import { kubeletArgs, kubeletConfig, nodeReady } from './kubelet';
 import { layOut, NodeFile, NodeHost, removeCgroups, startNodeHost } from './node-host';
 import { eventually } from './rest';
 import { BUSYBOX_IMAGE, buildBusybox } from './single-node-cluster';
+import { bootSystemdKubeletNode } from './systemd-kubelet-node';
+import { SystemdNode } from './systemd-node';
 import { CONTAINERD_BINARIES, kubeBinary } from './tools';
 
-// A cluster of three real nodes on one machine, each a NodeHost (own mount and pid
-// namespaces, own containerd, kubelet 1.20.2, config, install root and kubelet state), all
-// against one control plane on 127.0.0.1. The nodes are shaped as in a mixed fleet:
+// A cluster of three real nodes on one machine, all against one control plane on 127.0.0.1,
+// each with its own containerd, kubelet 1.20.2, config, install root and kubelet state. The
+// nodes are shaped as in a mixed fleet:
 //
-// - "plain": containerd 1.6 from Debian bookworm at /usr/bin, /etc/containerd/config.toml,
-//   unit `containerd`;
-// - "custom": containerd 1.7 from Debian trixie at /usr/bin, an admin-customised config
-//   (comments, runc options written out, other settings changed) kept under
-//   /etc/node-config and linked from /etc/containerd/config.toml, unit `containerd`;
-// - "k3s": containerd 1.6 only in /var/lib/rancher/k3s/data/current/bin (none on PATH), its
-//   config rendered at every start of the unit `k3s-agent` from the node's
-//   config.toml.tmpl and k3s's base, socket /run/k3s/containerd/containerd.sock.
+// - "plain": a production-shaped node (systemd-kubelet-node.ts): PID 1 is a real systemd 252
+//   (systemd-nspawn, Debian bookworm), containerd 1.6 from bookworm under Debian's stock
+//   containerd.service (systemd's default start limit: 5 starts in 10 s), its config
+//   `containerd config default` with runc's SystemdCgroup = true at /etc/containerd/config.toml,
+//   the kubelet as kubelet.service with `cgroupDriver: systemd`;
+// - "custom": the same kind of node with Debian trixie's containerd 1.7 installed over
+//   bookworm's binaries, and an admin-customised config (comments, runc options written out,
+//   other settings changed; SystemdCgroup = true) kept under /etc/node-config and linked from
+//   /etc/containerd/config.toml;
+// - "k3s": a NodeHost (own mount and pid namespaces, a `systemctl` stand-in, cgroupfs):
+//   containerd 1.6 only in /var/lib/rancher/k3s/data/current/bin (none on PATH), its config
+//   rendered at every start of the unit `k3s-agent` from the node's config.toml.tmpl and k3s's
+//   base, socket /run/k3s/containerd/containerd.sock.
+//
+// An installer Job (privileged, hostPID, the host's /) on a systemd node reaches the node's
+// real systemd through `nsenter --target 1`: its `systemctl restart containerd` is systemd's,
+// start limit included.
 
 export type NodeShape = 'plain' | 'custom' | 'k3s';
+
+/** One start or end of a unit, as a scenario sees it on any kind of node. */
+export interface UnitEvent {
+  /** When (ms since the epoch, the machine's clock). */
+  readonly at: number;
+  /**
+   * - `start`: a NodeHost's supervisor started the unit's script (a refused start too); on a
+   *   systemd node, systemd's start job succeeded ("Started <unit>").
+   * - `exit`: the unit's process ended (on a systemd node: its main or a start-up process
+   *   exited, or it was deactivated).
+   * - `failed`: systemd's start job failed ("Failed to start <unit>"; systemd nodes only).
+   */
+  readonly event: 'start' | 'exit' | 'failed';
+  /** The process (NodeHost); 0 on a systemd node. */
+  readonly pid: number;
+}
+
+/** What the scenarios do on a node, whichever kind it is: commands and files in the node's own view, its units. */
+export interface NodeAccess {
+  readonly name: string;
+  /** Runs a command in the node's view; returns stdout, throws on failure. */
+  run(argv: string[], input?: string | Buffer): string;
+  tryRun(argv: string[]): { code: number; stdout: string; stderr: string };
+  /** A file as the node sees it (symlinks followed in the node's view); undefined when absent. */
+  read(file: string): string | undefined;
+  write(file: string, data: string, mode?: number): void;
+  /** `systemctl <command> <unit>` in the node (systemd's own, or the NodeHost's stand-in). */
+  systemctl(command: 'restart' | 'stop' | 'start', unit: string): void;
+  /** The unit's starts and ends, oldest first. */
+  unitEvents(unit: string): UnitEvent[];
+  /** What the unit printed (its log file, or its journal of this boot). */
+  unitOutput(unit: string): string;
+}
 
 export interface ClusterNode {
   readonly name: string;
   readonly shape: NodeShape;
-  readonly host: NodeHost;
+  /** 'systemd': PID 1 is systemd (systemd-nspawn); 'nodehost': a NodeHost with a systemctl stand-in. */
+  readonly kind: 'systemd' | 'nodehost';
+  readonly host: NodeAccess;
+  /** The systemd node (kind 'systemd' only): journal counters, unit state. */
+  readonly systemd?: SystemdNode;
   /** The unit that restarts this node's containerd. */
   readonly containerdUnit: string;
   /** containerd's socket, as the node sees it. */
@@ -41,13 +89,16 @@ export interface ClusterNode {
   readonly effectiveConfig: string;
   /** The file an admin edits (k3s: the template). */
   readonly editedConfig: string;
-  /** The node's cgroup root (its pods' cgroups are below). */
+  /**
+   * Where the node's pods' cgroups go: below this cgroup root (NodeHost, cgroupfs driver), or
+   * below this machine folder of the node's own cgroup (systemd: the kubelet's kubepods.slice).
+   */
   readonly cgroupRoot: string;
   /** ctr against this node's containerd, in the node. */
   ctr(args: string[]): string;
   /** `containerd config dump` with the node's own binary and config. */
   configDump(): string;
-  /** Imports an OCI tarball (a machine path; the node sees the machine's /tmp) into the CRI's namespace. */
+  /** Imports an OCI tarball (a machine path) into the CRI's namespace. */
   importImage(tarball: string): void;
   logTails(lines?: number): string;
 }
@@ -77,8 +128,12 @@ export const K3S_TEMPLATE = `{{ template "base" . }}
 
 const LO_ONLY = JSON.stringify({ cniVersion: '0.4.0', name: 'lo-only', plugins: [{ type: 'loopback' }] });
 const STANDARD_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** Paths of the systemd nodes' containerd (Debian's defaults). */
+const PLAIN = { unit: 'containerd', socket: '/run/containerd/containerd.sock', containerd: '/usr/bin/containerd', ctr: '/usr/bin/ctr' };
 
-interface Shape {
+// ---- the k3s-shaped node: a NodeHost ----
+
+interface K3sShape {
   readonly unit: string;
   readonly socket: string;
   readonly containerd: string;
@@ -91,104 +146,53 @@ interface Shape {
   readonly start: string;
 }
 
-function shapeOf(shape: NodeShape): Shape {
+function k3sShape(): K3sShape {
   const c16 = CONTAINERD_BINARIES[0];
-  const c17 = CONTAINERD_BINARIES.find(c => c.version === '1.7')!;
-  const cri = { sandboxImage: BUSYBOX_IMAGE, cniConfDir: '/etc/cni/net.d', cniBinDir: '/opt/cni/bin' };
-  const plainPaths = { root: '/var/lib/containerd', state: '/run/containerd', socket: '/run/containerd/containerd.sock' };
-  const plainFiles: Record<string, NodeFile> = {
-    '/etc/cni/net.d/10-lo-only.conflist': LO_ONLY,
-    '/opt/cni/bin': { link: '/usr/lib/cni' },
+  const socket = '/run/k3s/containerd/containerd.sock';
+  const defaults = execFileSync(c16.binary, ['config', 'default'], { encoding: 'utf8' });
+  const base = containerdConfigFor(defaults, { root: '/var/lib/rancher/k3s/agent/containerd', state: '/run/k3s/containerd', socket },
+    { sandboxImage: BUSYBOX_IMAGE, cniConfDir: '/var/lib/rancher/k3s/agent/etc/cni/net.d', cniBinDir: K3S_BIN });
+  return {
+    unit: 'k3s-agent',
+    socket,
+    containerd: `${K3S_BIN}/containerd`,
+    ctr: `${K3S_BIN}/ctr`,
+    effectiveConfig: `${K3S_ETC}/config.toml`,
+    editedConfig: `${K3S_ETC}/config.toml.tmpl`,
+    privateDirs: ['/var/lib/rancher/k3s/agent/containerd'],
+    files: {
+      // No containerd on this node's PATH: k3s brings its own.
+      '/usr/bin/containerd': { remove: true },
+      '/usr/bin/ctr': { remove: true },
+      '/usr/bin/containerd-shim-runc-v2': { remove: true },
+      '/usr/bin/containerd-shim': { remove: true },
+      '/usr/bin/containerd-shim-runc-v1': { remove: true },
+      '/usr/bin/runc': { remove: true },
+      '/etc/containerd': { remove: true },
+      [`${K3S_DATA}/bin/containerd`]: { copy: '/usr/bin/containerd' },
+      [`${K3S_DATA}/bin/ctr`]: { copy: '/usr/bin/ctr' },
+      [`${K3S_DATA}/bin/containerd-shim-runc-v2`]: { copy: '/usr/bin/containerd-shim-runc-v2' },
+      [`${K3S_DATA}/bin/runc`]: { copy: '/usr/bin/runc' },
+      [`${K3S_DATA}/bin/loopback`]: { copy: '/usr/lib/cni/loopback' },
+      [`${K3S_DATA}/base-config.toml`]: base,
+      '/var/lib/rancher/k3s/data/current': { link: K3S_DATA },
+      '/var/lib/rancher/k3s/agent/etc/cni/net.d/10-lo-only.conflist': LO_ONLY,
+      [`${K3S_ETC}/config.toml.tmpl`]: K3S_TEMPLATE,
+      // An agent node: the installer restarts k3s-agent.
+      '/etc/systemd/system/k3s-agent.service': '[Service]\nExecStart=/usr/local/bin/k3s agent\nKillMode=process\n',
+    },
+    // What k3s does at every start: render config.toml from the template, then run its containerd.
+    start: [
+      renderK3sConfig(K3S_ETC, 'config.toml.tmpl', '/var/lib/rancher/k3s/data/current/base-config.toml'),
+      `PATH=${K3S_BIN}:${STANDARD_PATH} exec ${K3S_BIN}/containerd --config ${K3S_ETC}/config.toml`,
+    ].join('\n'),
   };
-  const defaults = (binary: string) => execFileSync(binary, ['config', 'default'], { encoding: 'utf8' });
-  switch (shape) {
-    case 'plain':
-      return {
-        unit: 'containerd',
-        socket: plainPaths.socket,
-        containerd: '/usr/bin/containerd',
-        ctr: '/usr/bin/ctr',
-        effectiveConfig: '/etc/containerd/config.toml',
-        editedConfig: '/etc/containerd/config.toml',
-        privateDirs: ['/var/lib/containerd'],
-        files: { ...plainFiles, '/etc/containerd/config.toml': containerdConfigFor(defaults(c16.binary), plainPaths, cri) },
-        start: 'exec /usr/bin/containerd',
-      };
-    case 'custom': {
-      const bin = path.dirname(c17.binary);
-      // An admin's config: written out from 1.7's defaults, then customised; cgroupfs stays the
-      // driver (SystemdCgroup = true needs systemd, which these machines do not run).
-      const config = '# Managed by the site\'s configuration management: containerd 1.7, node pool "custom".\n' +
-        containerdConfigFor(defaults(c17.binary), plainPaths, cri)
-          .replace(/max_concurrent_downloads = \d+/, 'max_concurrent_downloads = 6')
-          .replace(/(\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\.runtimes\.runc\.options\][^[]*?)BinaryName = ""/, '$1BinaryName = "/usr/bin/runc"')
-          .replace(/(\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\.runtimes\.runc\.options\][^[]*?)SystemdCgroup = false/, '$1SystemdCgroup = false # cgroupfs, as the kubelet');
-      return {
-        unit: 'containerd',
-        socket: plainPaths.socket,
-        containerd: '/usr/bin/containerd',
-        ctr: '/usr/bin/ctr',
-        effectiveConfig: '/etc/containerd/config.toml',
-        editedConfig: '/etc/node-config/containerd/config.toml',
-        privateDirs: ['/var/lib/containerd'],
-        files: {
-          ...plainFiles,
-          // Debian trixie's containerd package, installed over bookworm's.
-          '/usr/bin/containerd': { copy: path.join(bin, 'containerd') },
-          '/usr/bin/ctr': { copy: path.join(bin, 'ctr') },
-          '/usr/bin/containerd-shim-runc-v2': { copy: path.join(bin, 'containerd-shim-runc-v2') },
-          '/etc/node-config/containerd/config.toml': config,
-          '/etc/containerd/config.toml': { link: '/etc/node-config/containerd/config.toml' },
-        },
-        start: 'exec /usr/bin/containerd',
-      };
-    }
-    case 'k3s': {
-      const socket = '/run/k3s/containerd/containerd.sock';
-      const base = containerdConfigFor(defaults(c16.binary), { root: '/var/lib/rancher/k3s/agent/containerd', state: '/run/k3s/containerd', socket },
-        { sandboxImage: BUSYBOX_IMAGE, cniConfDir: '/var/lib/rancher/k3s/agent/etc/cni/net.d', cniBinDir: K3S_BIN });
-      return {
-        unit: 'k3s-agent',
-        socket,
-        containerd: `${K3S_BIN}/containerd`,
-        ctr: `${K3S_BIN}/ctr`,
-        effectiveConfig: `${K3S_ETC}/config.toml`,
-        editedConfig: `${K3S_ETC}/config.toml.tmpl`,
-        privateDirs: ['/var/lib/rancher/k3s/agent/containerd'],
-        files: {
-          // No containerd on this node's PATH: k3s brings its own.
-          '/usr/bin/containerd': { remove: true },
-          '/usr/bin/ctr': { remove: true },
-          '/usr/bin/containerd-shim-runc-v2': { remove: true },
-          '/usr/bin/containerd-shim': { remove: true },
-          '/usr/bin/containerd-shim-runc-v1': { remove: true },
-          '/usr/bin/runc': { remove: true },
-          '/etc/containerd': { remove: true },
-          [`${K3S_DATA}/bin/containerd`]: { copy: '/usr/bin/containerd' },
-          [`${K3S_DATA}/bin/ctr`]: { copy: '/usr/bin/ctr' },
-          [`${K3S_DATA}/bin/containerd-shim-runc-v2`]: { copy: '/usr/bin/containerd-shim-runc-v2' },
-          [`${K3S_DATA}/bin/runc`]: { copy: '/usr/bin/runc' },
-          [`${K3S_DATA}/bin/loopback`]: { copy: '/usr/lib/cni/loopback' },
-          [`${K3S_DATA}/base-config.toml`]: base,
-          '/var/lib/rancher/k3s/data/current': { link: K3S_DATA },
-          '/var/lib/rancher/k3s/agent/etc/cni/net.d/10-lo-only.conflist': LO_ONLY,
-          [`${K3S_ETC}/config.toml.tmpl`]: K3S_TEMPLATE,
-          // An agent node: the installer restarts k3s-agent.
-          '/etc/systemd/system/k3s-agent.service': '[Service]\nExecStart=/usr/local/bin/k3s agent\nKillMode=process\n',
-        },
-        // What k3s does at every start: render config.toml from the template, then run its containerd.
-        start: [
-          renderK3sConfig(K3S_ETC, 'config.toml.tmpl', '/var/lib/rancher/k3s/data/current/base-config.toml'),
-          `PATH=${K3S_BIN}:${STANDARD_PATH} exec ${K3S_BIN}/containerd --config ${K3S_ETC}/config.toml`,
-        ].join('\n'),
-      };
-    }
-  }
 }
 
 /**
- * A test hook in every containerd unit: a script at /etc/rcm-node/fault/<unit> runs before the
- * daemon starts, and its failure fails the start (the way a broken node refuses a restart).
+ * A test hook in the NodeHost's containerd unit: a script at /etc/rcm-node/fault/<unit> runs
+ * before the daemon starts, and its failure fails the start (the way a broken node refuses a
+ * restart). Systemd nodes have the same hook as a drop-in (systemd-kubelet-node.ts).
  */
 function unitScript(unit: string, start: string): string {
   return `export PATH=${STANDARD_PATH}
@@ -197,8 +201,21 @@ ${start}
 `;
 }
 
-async function startNode(controlPlane: ControlPlane, dir: string, name: string, shape: NodeShape, busybox: string): Promise<ClusterNode> {
-  const s = shapeOf(shape);
+function nodeHostAccess(host: NodeHost): NodeAccess {
+  return {
+    name: host.name,
+    run: host.run,
+    tryRun: host.tryRun,
+    read: host.read,
+    write: host.write,
+    systemctl: host.systemctl,
+    unitEvents: host.unitEvents,
+    unitOutput: unit => host.read(`/var/log/${unit}.log`) ?? '',
+  };
+}
+
+async function startK3sNode(controlPlane: ControlPlane, dir: string, name: string, busybox: string): Promise<{ node: ClusterNode; stop: () => Promise<void> }> {
+  const s = k3sShape();
   const cgroupRoot = `/rcm-e2e/${name}`;
   const [port, healthzPort] = [await freePort(), await freePort()];
   const kubelet = ['exec', kubeBinary('kubelet'), ...kubeletArgs({
@@ -218,8 +235,9 @@ async function startNode(controlPlane: ControlPlane, dir: string, name: string, 
   const ctr = (args: string[]) => host.run([s.ctr, '--address', s.socket, ...args]);
   const node: ClusterNode = {
     name,
-    shape,
-    host,
+    shape: 'k3s',
+    kind: 'nodehost',
+    host: nodeHostAccess(host),
     containerdUnit: s.unit,
     socket: s.socket,
     containerd: s.containerd,
@@ -236,16 +254,150 @@ async function startNode(controlPlane: ControlPlane, dir: string, name: string, 
       `--- ${name}: unit starts and exits ---\n${lastLines(host.read(`/var/log/rcm-units/${s.unit}.log`), 10)}\n${lastLines(host.read('/var/log/rcm-units/kubelet.log'), 10)}`,
     ].join('\n'),
   };
+  const stop = async () => {
+    host.tryRun(['systemctl', 'stop', 'kubelet']);
+    killAllTasks(node);
+    await host.stop().catch(() => undefined);
+    removeCgroups(cgroupRoot);
+  };
   try {
     layOut(host, { ...s.files, '/etc/rcm-node/name': `${name}\n`, '/var/lib/kubelet/config.yaml': kubeletConfig({ port, healthzPort, cgroupRoot }) });
     host.startUnits();
     await eventually(async () => ctr(['version']) !== undefined, 30_000, () => `${name}: containerd did not answer\n${node.logTails()}`);
     node.importImage(busybox);
   } catch (e) {
-    await host.stop();
+    await stop();
     throw e;
   }
-  return node;
+  return { node, stop };
+}
+
+// ---- the production-shaped nodes: systemd as PID 1 ----
+
+/** The admin's containerd 1.7 config of the "custom" node: written out from 1.7's defaults, then customised. */
+function customConfig(defaults17: string): string {
+  const runcOptions = /(\[plugins\."io\.containerd\.grpc\.v1\.cri"\.containerd\.runtimes\.runc\.options\][^[]*?)/;
+  const replace = (text: string, from: RegExp, to: string) => {
+    const out = text.replace(from, to);
+    if (out === text) throw new Error(`containerd 1.7's default config has no ${from}`);
+    return out;
+  };
+  let config = defaults17;
+  config = replace(config, /sandbox_image = "[^"]*"/, `sandbox_image = "${BUSYBOX_IMAGE}"`);
+  config = replace(config, /restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true');
+  config = replace(config, /max_concurrent_downloads = \d+/, 'max_concurrent_downloads = 6');
+  config = replace(config, new RegExp(`${runcOptions.source}BinaryName = ""`), '$1BinaryName = "/usr/bin/runc"');
+  config = replace(config, new RegExp(`${runcOptions.source}SystemdCgroup = false`), '$1SystemdCgroup = true # the systemd cgroup driver, as the kubelet');
+  return '# Managed by the site\'s configuration management: containerd 1.7, node pool "custom".\n' + config;
+}
+
+/** The node's systemd journal of a unit this boot, as JSON entries. */
+function journalEntries(node: SystemdNode, unit: string): Record<string, string>[] {
+  const out = node.exec(['journalctl', '-b', '-u', unit.includes('.') ? unit : `${unit}.service`, '-o', 'json', '--no-pager',
+    '--output-fields=MESSAGE,JOB_TYPE,JOB_RESULT,UNIT,_PID']);
+  return out.split('\n').filter(Boolean).map(l => JSON.parse(l));
+}
+
+/** Starts and ends of a unit from systemd's own journal lines about it (PID 1's). */
+function systemdUnitEvents(node: SystemdNode, unit: string): UnitEvent[] {
+  const name = unit.includes('.') ? unit : `${unit}.service`;
+  const events: UnitEvent[] = [];
+  for (const e of journalEntries(node, unit)) {
+    if (e._PID !== '1' || e.UNIT !== name) continue;
+    const at = Number(e.__REALTIME_TIMESTAMP) / 1000;
+    const message = typeof e.MESSAGE === 'string' ? e.MESSAGE : '';
+    if (e.JOB_TYPE === 'start' && e.JOB_RESULT === 'done') events.push({ at, event: 'start', pid: 0 });
+    else if (e.JOB_TYPE === 'start' && e.JOB_RESULT === 'failed') events.push({ at, event: 'failed', pid: 0 });
+    else if (/: (Main|Control) process exited|: Deactivated successfully/.test(message)) events.push({ at, event: 'exit', pid: 0 });
+  }
+  return events;
+}
+
+function systemdAccess(node: SystemdNode): NodeAccess {
+  return {
+    name: node.name,
+    run: (argv, input) => node.exec(argv, input),
+    tryRun: argv => node.tryExec(argv),
+    read: file => {
+      const r = node.tryExec(['cat', file]);
+      return r.code === 0 ? r.stdout : undefined;
+    },
+    write: (file, data, mode = 0o644) => void node.exec(['sh', '-c', `mkdir -p "$(dirname "$1")" && rm -f "$1" && cat > "$1" && chmod ${mode.toString(8)} "$1"`,
+      'sh', file], data),
+    systemctl: (command, unit) => void node.exec(['systemctl', command, unit]),
+    unitEvents: unit => systemdUnitEvents(node, unit),
+    unitOutput: unit => node.tryExec(['journalctl', '-b', '-u', unit, '-o', 'short-precise', '--no-pager']).stdout,
+  };
+}
+
+async function startSystemdClusterNode(controlPlane: ControlPlane, name: string, shape: 'plain' | 'custom', busybox: string)
+  : Promise<{ node: ClusterNode; stop: () => Promise<void> }> {
+  let prepare: ((root: string) => void) | undefined;
+  if (shape === 'custom') {
+    const bin = path.dirname(CONTAINERD_BINARIES.find(c => c.version === '1.7')!.binary);
+    const config = customConfig(execFileSync(path.join(bin, 'containerd'), ['config', 'default'], { encoding: 'utf8' }));
+    prepare = root => {
+      // Debian trixie's containerd package, installed over bookworm's.
+      for (const b of ['containerd', 'ctr', 'containerd-shim-runc-v2']) {
+        fs.rmSync(path.join(root, 'usr/bin', b), { force: true });
+        fs.copyFileSync(path.join(bin, b), path.join(root, 'usr/bin', b));
+        fs.chmodSync(path.join(root, 'usr/bin', b), 0o755);
+      }
+      fs.mkdirSync(path.join(root, 'etc/node-config/containerd'), { recursive: true });
+      fs.writeFileSync(path.join(root, 'etc/node-config/containerd/config.toml'), config);
+      fs.rmSync(path.join(root, 'etc/containerd/config.toml'), { force: true });
+      fs.symlinkSync('/etc/node-config/containerd/config.toml', path.join(root, 'etc/containerd/config.toml'));
+    };
+  }
+  const { node: sd } = await bootSystemdKubeletNode(name, { controlPlane, busyboxTarball: busybox, prepare });
+  const host = systemdAccess(sd);
+  const ctr = (args: string[]) => sd.exec([PLAIN.ctr, '--address', PLAIN.socket, ...args]);
+  // The kubelet's kubepods.slice, in the node's own memory cgroup on this machine.
+  const memory = sd.cgroups.find(c => /\/memory\//.test(c)) ?? sd.cgroups[0];
+  const journalTail = (unit: string, lines: number) => sd.tryExec(['journalctl', '-b', '-u', unit, '-n', String(lines), '-o', 'short-precise', '--no-pager']).stdout;
+  const node: ClusterNode = {
+    name,
+    shape,
+    kind: 'systemd',
+    host,
+    systemd: sd,
+    containerdUnit: PLAIN.unit,
+    socket: PLAIN.socket,
+    containerd: PLAIN.containerd,
+    ctrBinary: PLAIN.ctr,
+    effectiveConfig: '/etc/containerd/config.toml',
+    editedConfig: shape === 'custom' ? '/etc/node-config/containerd/config.toml' : '/etc/containerd/config.toml',
+    cgroupRoot: memory,
+    ctr,
+    configDump: () => sd.exec([PLAIN.containerd, '--config', '/etc/containerd/config.toml', 'config', 'dump']),
+    importImage: tarball => {
+      // The node sees its own root, not the machine's /tmp: the tarball goes there for the import.
+      const inNode = `/var/tmp/import-${path.basename(tarball)}`;
+      fs.copyFileSync(tarball, path.join(sd.root, inNode));
+      try {
+        ctr(['-n', 'k8s.io', 'images', 'import', inNode]);
+      } finally {
+        fs.rmSync(path.join(sd.root, inNode), { force: true });
+      }
+    },
+    logTails: (lines = 30) => [
+      `--- ${name}: kubelet.service (journal, last ${lines} lines) ---\n${journalTail('kubelet', lines)}`,
+      `--- ${name}: containerd.service (journal, last ${lines} lines) ---\n${journalTail('containerd', lines)}`,
+      `--- ${name}: containerd.service starts and ends ---\n${(() => {
+        try {
+          return systemdUnitEvents(sd, 'containerd').slice(-12).map(e => `${new Date(e.at).toISOString()} ${e.event}`).join('\n');
+        } catch (e) {
+          return String(e);
+        }
+      })()}`,
+    ].join('\n'),
+  };
+  const stop = async () => {
+    sd.tryExec(['systemctl', 'stop', 'kubelet']);
+    killAllTasks(node);
+    await sd.stop();
+  };
+  return { node, stop };
 }
 
 function lastLines(text: string | undefined, lines: number): string {
@@ -268,32 +420,31 @@ function killAllTasks(node: ClusterNode): void {
 }
 
 /**
- * Starts the control plane and one node per entry of `nodes` (name -> shape), each Ready,
- * with the busybox image (sandbox and workloads) imported. The node monitor's grace period
- * is short (15 s, a stock flag) so that a stopped kubelet shows as NotReady soon.
+ * Starts the control plane and one node per entry of `nodes` (name -> shape), the nodes at
+ * once, each Ready, with the busybox image (sandbox and workloads) imported. The node
+ * monitor's grace period is short (15 s, a stock flag) so that a stopped kubelet shows as
+ * NotReady soon.
  */
 export async function startMultiNodeCluster(nodes: Record<string, NodeShape>): Promise<MultiNodeCluster> {
-  if (process.getuid?.() !== 0) throw new Error('the multi-node cluster needs root (namespaces, containerd and kubelets)');
+  if (process.getuid?.() !== 0) throw new Error('the multi-node cluster needs root (namespaces, systemd-nspawn, containerd and kubelets)');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fleet-'));
-  const started: ClusterNode[] = [];
+  const started: { node: ClusterNode; stop: () => Promise<void> }[] = [];
   let controlPlane: ControlPlane | undefined;
   const stop = async () => {
     if (controlPlane && started.length > 0) {
       try {
+        // Pods first: a systemd node halts slowly with pods running (their PID 1s ignore SIGTERM).
         controlPlane.kubectl(['delete', 'pods', '--all', '--all-namespaces', '--grace-period=1', '--timeout=60s', '--wait=true']);
       } catch {
         // a kubelet may be gone already
       }
     }
-    for (const node of started) {
-      node.host.tryRun(['systemctl', 'stop', 'kubelet']);
-      killAllTasks(node);
-      await node.host.stop().catch(() => undefined);
-      removeCgroups(node.cgroupRoot);
-    }
+    const errors: string[] = [];
+    await Promise.all(started.map(s => s.stop().catch((e: Error) => void errors.push(`${s.node.name}: ${e.message}`))));
     removeCgroups('/rcm-e2e');
     await controlPlane?.stop();
     fs.rmSync(dir, { recursive: true, force: true });
+    if (errors.length > 0) throw new Error(`nodes not stopped cleanly:\n${errors.join('\n')}`);
   };
   try {
     const busybox = path.join(dir, 'busybox.tar');
@@ -303,27 +454,30 @@ export async function startMultiNodeCluster(nodes: Record<string, NodeShape>): P
       scheduler: true,
       controllerManagerArgs: ['--node-monitor-grace-period=15s', '--node-monitor-period=2s'],
     });
-    for (const [name, shape] of Object.entries(nodes)) {
-      started.push(await startNode(controlPlane, path.join(dir, name), name, shape, busybox));
-    }
     const cp = controlPlane;
-    for (const node of started) {
+    const booting = await Promise.allSettled(Object.entries(nodes).map(([name, shape]) => (shape === 'k3s'
+      ? startK3sNode(cp, path.join(dir, name), name, busybox)
+      : startSystemdClusterNode(cp, name, shape, busybox))));
+    for (const b of booting) if (b.status === 'fulfilled') started.push(b.value);
+    for (const b of booting) if (b.status === 'rejected') throw b.reason;
+    const clusterNodes = started.map(s => s.node);
+    for (const node of clusterNodes) {
       await eventually(async () => nodeReady(cp, node.name), 90_000, () => `node ${node.name} did not become Ready\n${node.logTails(40)}`);
     }
-    const logTails = (lines = 30) => [cp.logTails(lines), ...started.map(n => n.logTails(lines))].join('\n');
+    const logTails = (lines = 30) => [cp.logTails(lines), ...clusterNodes.map(n => n.logTails(lines))].join('\n');
     return {
       dir,
       controlPlane: cp,
-      nodes: started,
-      node: name => started.find(n => n.name === name) ?? (() => {
+      nodes: clusterNodes,
+      node: name => clusterNodes.find(n => n.name === name) ?? (() => {
         throw new Error(`no node ${name}`);
       })(),
-      importImage: tarball => started.forEach(n => n.importImage(tarball)),
+      importImage: tarball => clusterNodes.forEach(n => n.importImage(tarball)),
       logTails,
       stop,
     };
   } catch (e) {
-    await stop();
+    await stop().catch(() => undefined);
     throw e;
   }
 }
