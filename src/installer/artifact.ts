@@ -43,15 +43,28 @@ export interface ExtractLimits {
   readonly maxFiles: number;
 }
 
+/** What else than folders and regular files an archive may hold. */
+export interface ArchiveRules {
+  /**
+   * Symbolic links that stay inside the archive's tree: a relative target that resolves,
+   * from the link's folder, to a file or folder the archive holds, through no other link (a
+   * payload's `libfoo.so.1 -> libfoo.so.1.2.3`). Absolute or escaping targets, dangling
+   * links, links to links and entries below a link are refused. Hard links never pass.
+   * @default false
+   */
+  readonly symlinks?: boolean;
+}
+
 /**
  * Extracts a .tar.gz into `dir`, refusing (not skipping) anything that could write outside
- * it or create special files (absolute paths, `..`, links, devices, FIFOs), or that would
- * unpack to more than `limits` allow. The archive is checked first, entry header by entry
- * header, and the check stops at the first entry over a limit: a decompression bomb is
- * refused before it is inflated, and nothing is written until the whole archive passed.
+ * it or create special files (absolute paths, `..`, hard links, devices, FIFOs; symbolic
+ * links unless `rules` let those that stay inside pass), or that would unpack to more than
+ * `limits` allow. The archive is checked first, entry header by entry header, and the check
+ * stops at the first entry over a limit: a decompression bomb is refused before it is
+ * inflated, and nothing is written until the whole archive passed.
  */
-export async function extractSafely(archive: string, dir: string, limits: ExtractLimits): Promise<void> {
-  refuseProblems(await scanFile(archive, limits, () => false));
+export async function extractSafely(archive: string, dir: string, limits: ExtractLimits, rules: ArchiveRules = {}): Promise<void> {
+  refuseProblems(await scanFile(archive, limits, () => false, undefined, rules));
   await new Promise<void>((resolve, reject) => {
     // chmod: the entries' modes, as tar.x's noChmod: false gave them (an executable shim stays executable).
     const unpack = new tar.Unpack({ cwd: dir, strict: true, preservePaths: false, chmod: true, preserveOwner: false });
@@ -108,15 +121,16 @@ export interface ArchiveScanner {
 
 /**
  * Checks a .tar.gz as its bytes are written to `input` (as they come off the network, or
- * from a file), entry header by entry header: unsafe paths, links and special files, paths
- * that are a file and a folder at once, and the limits, checked before an entry's data is
+ * from a file), entry header by entry header: unsafe paths, links (see `rules`) and special
+ * files, paths that are a file and a folder at once, and the limits, checked before an entry's data is
  * inflated (the scan stops at the first entry over a limit, so a decompression bomb is never
  * inflated). The entries `keep` picks are held in memory with their sha256, up to `hold` bytes
  * in all (those past it are listed in `notHeld`). No byte is written anywhere, and nothing
  * of the result may be used before the artifact's sha256 was checked: the scan may read
  * bytes that are not verified yet.
  */
-export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => boolean, hold = UNVERIFIED_HOLD_BYTES): ArchiveScanner {
+export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => boolean, hold = UNVERIFIED_HOLD_BYTES,
+  rules: ArchiveRules = {}): ArchiveScanner {
   const gunzip = zlib.createGunzip({ chunkSize: CHUNK_BYTES });
   const result = new Promise<ArchiveScan>(resolve => {
     const problems: string[] = [];
@@ -124,7 +138,9 @@ export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => 
     const notHeld = new Set<string>();
     let held = 0;
     /** What each path is once extracted (its parent folders are folders), to refuse a path that is both. */
-    const kinds = new Map<string, 'file' | 'folder'>();
+    const kinds = new Map<string, 'file' | 'folder' | 'link'>();
+    /** Symbolic links (when allowed): path -> the path their target resolves to, checked once all entries are known. */
+    const links = new Map<string, string>();
     const files: string[] = [];
     let entries = 0;
     let bytes = 0;
@@ -133,19 +149,24 @@ export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => 
       if (done) return;
       done = true;
       if (problem) problems.push(problem);
+      if (problems.length === 0) problems.push(...linkProblems(links, kinds));
       gunzip.destroy();
       // Files a later entry replaced by a folder are not kept (kept map entries were removed then).
       resolve({ problems, files: files.filter(f => kinds.get(f) === 'file'), kept, notHeld: [...notHeld] });
     };
-    const claim = (p: string, kind: 'file' | 'folder') => {
+    const claim = (p: string, kind: 'file' | 'folder' | 'link') => {
       const parts = p.split('/');
       for (let i = 1; i < parts.length; i++) {
         const parent = parts.slice(0, i).join('/');
-        if (kinds.get(parent) === 'file') problems.push(`"${parent}" is both a file and a folder`);
+        const parentKind = kinds.get(parent);
+        if (parentKind === 'file' || parentKind === 'link') problems.push(`"${parent}" is both a ${parentKind} and a folder`);
         kinds.set(parent, 'folder');
       }
       const was = kinds.get(p);
-      if (was !== undefined && was !== kind) problems.push(`"${p}" is both a file and a folder`);
+      if (was !== undefined && was !== kind && (was === 'folder' || kind === 'folder')) {
+        problems.push(`"${p}" is both a ${was === 'folder' ? kind : was} and a folder`);
+      }
+      if (kind !== 'link') links.delete(p);
       if (was === undefined && kind === 'file') files.push(p);
       kinds.set(p, kind);
     };
@@ -155,18 +176,24 @@ export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => 
         const p = entry.path;
         if (path.isAbsolute(p) || p.split(/[\\/]/).includes('..')) problems.push(`unsafe path "${p}"`);
         const isFolder = entry.type === 'Directory';
-        if (!isFolder && !['File', 'OldFile', 'ContiguousFile'].includes(entry.type)) problems.push(`${entry.type} entry "${p}"`);
+        const isLink = entry.type === 'SymbolicLink' && rules.symlinks === true;
+        if (!isFolder && !isLink && !['File', 'OldFile', 'ContiguousFile'].includes(entry.type)) problems.push(`${entry.type} entry "${p}"`);
         entries++;
         bytes += entry.size ?? 0;
         if (entries > limits.maxFiles) return finish(`unpacks to more than ${limits.maxFiles} files (--max-files)`);
         if (bytes > limits.maxBytes) return finish(`unpacks to more than ${limits.maxBytes} bytes (--max-extracted-size)`);
         const normalised = path.posix.normalize(p).replace(/\/+$/, '');
-        if (normalised !== '.' && problems.length === 0) claim(normalised, isFolder ? 'folder' : 'file');
+        if (isLink && problems.length === 0) {
+          const target = linkTarget(normalised, entry.linkpath ?? '');
+          if (typeof target === 'string') links.set(normalised, target);
+          else problems.push(`symbolic link "${p}" -> "${entry.linkpath ?? ''}" ${target.problem}`);
+        }
+        if (normalised !== '.' && problems.length === 0) claim(normalised, isFolder ? 'folder' : isLink ? 'link' : 'file');
         const replaced = kept.get(normalised);
         if (replaced) held -= replaced.data.length;
         kept.delete(normalised);
         notHeld.delete(normalised);
-        const wanted = !isFolder && problems.length === 0 && keep(normalised);
+        const wanted = !isFolder && !isLink && problems.length === 0 && keep(normalised);
         if (wanted && held + (entry.size ?? 0) > hold) {
           notHeld.add(normalised);
           entry.resume();
@@ -197,9 +224,36 @@ export function scanArchive(limits: ExtractLimits, keep: (entryPath: string) => 
   return { input: gunzip, result };
 }
 
+/** The path a symbolic link's target resolves to inside the archive's tree, or why it does not stay there. */
+function linkTarget(linkPath: string, target: string): string | { problem: string } {
+  if (target === '') return { problem: 'has no target' };
+  if (path.posix.isAbsolute(target) || target.includes('\\')) return { problem: 'is absolute (only relative targets inside the archive pass)' };
+  const resolved = path.posix.normalize(path.posix.join(path.posix.dirname(linkPath), target)).replace(/\/+$/, '');
+  if (resolved === '..' || resolved.startsWith('../')) return { problem: 'leaves the archive' };
+  if (resolved === '.' || resolved === '') return { problem: 'points at the archive\'s top folder' };
+  return resolved;
+}
+
+/**
+ * Links whose target the archive does not hold (dangling), or reaches through another link
+ * (a chain, or a folder that is a link): refused, so that every link of an installed tree
+ * resolves, inside it, at once.
+ */
+function linkProblems(links: Map<string, string>, kinds: Map<string, 'file' | 'folder' | 'link'>): string[] {
+  const problems: string[] = [];
+  for (const [link, target] of links) {
+    const parts = target.split('/');
+    const through = parts.map((_, i) => parts.slice(0, i + 1).join('/')).find(prefix => kinds.get(prefix) === 'link');
+    if (through !== undefined) problems.push(`symbolic link "${link}" -> "${target}" goes through another link ("${through}")`);
+    else if (!kinds.has(target)) problems.push(`symbolic link "${link}" -> "${target}" points at nothing the archive holds`);
+  }
+  return problems;
+}
+
 /** One pass over a .tar.gz file (see scanArchive). */
-function scanFile(archive: string, limits: ExtractLimits, keep: (entryPath: string) => boolean, hold?: number): Promise<ArchiveScan> {
-  const scanner = scanArchive(limits, keep, hold);
+function scanFile(archive: string, limits: ExtractLimits, keep: (entryPath: string) => boolean, hold?: number,
+  rules?: ArchiveRules): Promise<ArchiveScan> {
+  const scanner = scanArchive(limits, keep, hold, rules);
   const input = fs.createReadStream(archive, { highWaterMark: CHUNK_BYTES });
   input.on('error', e => scanner.input.destroy(new Error(`cannot read the artifact: ${e.message}`)));
   input.pipe(scanner.input);
@@ -263,13 +317,15 @@ export interface Payload {
 
 /**
  * Unpacks a payload (.tar.gz of several files, e.g. a runc shim, runsc and a wrapper) and
- * finds its shim at `shimPath`. The same archive checks as for a single shim apply.
+ * finds its shim at `shimPath`. The same archive checks as for a single shim apply, except
+ * that symbolic links staying inside the payload pass (a library's soname link beside its
+ * file, as Debian's packages ship them).
  */
 export async function unpackPayload(artifact: string, workDir: string, shimPath: string, limits: ExtractLimits): Promise<Payload> {
   if (!startsWith(artifact, GZIP)) throw fetchFailed('UnsupportedArtifact', 'a payload must be a .tar.gz');
   const dir = path.join(workDir, 'payload');
   fs.mkdirSync(dir, { recursive: true });
-  await extractSafely(artifact, dir, limits);
+  await extractSafely(artifact, dir, limits, { symlinks: true });
   return payloadIn(dir, shimPath);
 }
 
@@ -277,6 +333,7 @@ export async function unpackPayload(artifact: string, workDir: string, shimPath:
 export function payloadIn(dir: string, shimPath: string): Payload {
   const file = path.join(dir, shimPath);
   const stat = fs.lstatSync(file, { throwIfNoEntry: false });
+  if (stat?.isSymbolicLink()) throw fetchFailed('ShimNotFound', `the payload's ${shimPath} is a symbolic link; the shim must be a regular file`);
   if (!stat?.isFile()) {
     const found = treeFiles(dir).slice(0, 20).join(', ') || 'nothing';
     throw fetchFailed('ShimNotFound', `the payload has no file ${shimPath}; it holds: ${found}`);
@@ -301,17 +358,33 @@ export function treeFiles(dir: string): string[] {
 
 /**
  * A digest of a folder's content: each file's relative path, type, permission bits and
- * sha256. Installed payloads are checked against it, as single binaries against their hash.
+ * sha256 (a link's target). Installed payloads are checked against it, as single binaries
+ * against their hash. Files are read in chunks: a payload's 130 MB library is never held whole.
  */
 export function treeDigest(dir: string): string {
   const hash = crypto.createHash('sha256');
+  const chunk = Buffer.allocUnsafe(CHUNK_BYTES);
   for (const rel of treeFiles(dir)) {
     const full = path.join(dir, rel);
     const stat = fs.lstatSync(full);
     const kind = stat.isFile() ? 'f' : stat.isSymbolicLink() ? 'l' : 'o';
-    const content = stat.isFile() ? crypto.createHash('sha256').update(fs.readFileSync(full)).digest('hex')
+    const content = stat.isFile() ? fileSha256(full, chunk)
       : stat.isSymbolicLink() ? fs.readlinkSync(full) : '';
     hash.update(`${rel}\t${kind}\t${(stat.mode % 0o1000).toString(8)}\t${content}\n`);
+  }
+  return hash.digest('hex');
+}
+
+/** A file's sha256, read through `chunk` (synchronously, as the digest's callers are). */
+function fileSha256(file: string, chunk: Buffer): string {
+  const hash = crypto.createHash('sha256');
+  const fd = fs.openSync(file, 'r');
+  try {
+    for (let n = fs.readSync(fd, chunk, 0, chunk.length, null); n > 0; n = fs.readSync(fd, chunk, 0, chunk.length, null)) {
+      hash.update(chunk.subarray(0, n));
+    }
+  } finally {
+    fs.closeSync(fd);
   }
   return hash.digest('hex');
 }

@@ -269,3 +269,13 @@ export function syncFolder(folder: string): void {
 export function sha256Of(file: string): string {
   return crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
 }
+
+/** Removes a file or folder (a path in this process's view), then its parents below the install root while they are empty. */
+export function removeAndPrune(options: Pick<InstallerOptions, 'hostRoot' | 'installRoot'>, target: string): void {
+  fs.rmSync(target, { recursive: true, force: true });
+  const stop = onHost(options, options.installRoot);
+  // Folders that never existed (nothing was ever installed here) are nothing to prune.
+  for (let d = path.dirname(target); d.startsWith(stop + path.sep) && fs.existsSync(d) && fs.readdirSync(d).length === 0; d = path.dirname(d)) {
+    fs.rmdirSync(d);
+  }
+}

@@ -3,23 +3,28 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { isShimEntry, scanArchive, ShimBinary, treeDigest, treeFiles, unpackPayload, unpackShim } from './artifact';
+import { ChangeSets, isPending, Pending } from './change-set';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
   handlerBinary, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
+import { ContainerdRestart } from './containerd-restart';
 import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download, takeLocal } from './fetch';
-import { containerdVersion, ContainerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost, sha256Of, syncFolder, withDropIn, writeAtomically, writeVerified } from './host';
+import {
+  containerdVersion, ContainerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost,
+  removeAndPrune, sha256Of, syncFolder, withDropIn, writeAtomically, writeVerified,
+} from './host';
 import { hostLockPath, HostLockError, LockWaiters, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { findHostTool } from './host-tools';
-import { chainStarts, inOrder, Journal, parseJournal, settlementOf } from './journal';
+import { Journal } from './journal';
 import { artifactFor, Distro, InstallerOptions } from './options';
-import { Outcome, OutcomeBox } from './outcomes';
 import { preflight, PreflightContext } from './preflight';
-import { nextRestartAt, parseShow, RestartHistory, restartHistoryPath, startLimitOf, unitFailure } from './restart-pacing';
 import { InstallState, parseState } from './state';
+import { pauseForTests } from './test-hooks';
+import { Timer } from './timer';
 import { Logger } from '../shared/log';
 
 export type { InstallState } from './state';
@@ -45,29 +50,6 @@ export interface InstallResult {
   /** What is wrong with the state file, when it could not be used. */
   stateProblem?: string;
 }
-
-/**
- * A test hook (fault tests kill the installer at named steps): with RCM_TEST_PAUSE_AT=STEP
- * the installer says so on stderr and waits at STEP until SIGTERM. Unset, it does nothing.
- */
-async function pauseForTests(step: string): Promise<void> {
-  if (process.env.RCM_TEST_PAUSE_AT !== step) return;
-  process.stderr.write(`paused at ${step}\n`);
-  await new Promise<void>(resolve => {
-    const keepAlive = setInterval(() => undefined, 60_000);
-    process.once('SIGTERM', () => {
-      clearInterval(keepAlive);
-      resolve();
-    });
-  });
-}
-
-/**
- * Between two health checks after a restart. A check that fails while containerd still
- * starts is asked again soon: a restart is done when containerd serves, not at the next
- * half second.
- */
-const HEALTH_POLL_MS = 100;
 
 /** How often a written change waiting for the others of its set looks again (it releases the lock meanwhile). */
 const SET_POLL_MS = 200;
@@ -118,39 +100,6 @@ interface Fetched {
   readonly shim: ShimBinary;
   /** A payload of several files: its unpacked folder and content digest. */
   readonly payload?: { readonly dir: string; readonly digest: string };
-}
-
-/**
- * A change written to the host and waiting for its set's restart: the host lock is released
- * meanwhile, so that the installers waiting for it add their changes to the same restart.
- */
-interface Pending {
-  readonly journal: Journal;
-  /** The run's result once containerd came back with the set. */
-  readonly result: InstallResult;
-  /** What the run does then (its clean-up), returning its result. */
-  readonly finish: () => Promise<InstallResult>;
-}
-
-function isPending(step: InstallResult | Pending): step is Pending {
-  return 'journal' in step && 'finish' in step;
-}
-
-class Timer {
-  /** startupMs: from the process's start to here (Node.js itself, loading the bundle, reading the flags). */
-  readonly timings: Record<string, number> = { startupMs: Math.round(performance.now()) };
-  private readonly start = Date.now();
-  async time<T>(name: string, fn: () => Promise<T> | T): Promise<T> {
-    const t = Date.now();
-    try {
-      return await fn();
-    } finally {
-      this.timings[`${name}Ms`] = (this.timings[`${name}Ms`] ?? 0) + Date.now() - t;
-    }
-  }
-  total(): Record<string, number> {
-    return { ...this.timings, totalMs: Date.now() - this.start };
-  }
 }
 
 /** Where this handler's binaries live, one folder per version (a host path). */
@@ -249,6 +198,10 @@ export class Installer {
   private solo = false;
   /** The host lock's file, in this process's view. */
   private lockFile?: string;
+  /** containerd's restart and its checks, once the host is known. */
+  private restart!: ContainerdRestart;
+  /** The node's change sets (journals, outcomes), once the host is known. */
+  private sets!: ChangeSets;
   /** The installers whose changes are written (a live one's change set is open, not interrupted). */
   private members?: LockWaiters;
   private leaveMembers?: () => void;
@@ -314,6 +267,11 @@ export class Installer {
     this.containerdFound = version !== undefined;
     const layout = withDropIn(this.o, layoutFor(this.o, distro, version?.major), version?.major);
     onHost(this.o, layout.config); // a config path that cannot be resolved is refused before anything is touched
+    const lock = onHost(this.o, hostLockPath(this.o.installRoot));
+    this.lockFile = lock;
+    this.members = new LockWaiters(lock, this.log, 'members');
+    this.restart = new ContainerdRestart(this.o, this.host, this.log, this.timer, lock);
+    this.sets = new ChangeSets(this.o, this.log, this.timer, this.restart, this.id, lock, this.members);
     const base: InstallResult = {
       outcome: 'failed',
       exitCode: ExitCode.SUCCESS,
@@ -338,12 +296,12 @@ export class Installer {
         installed: !!state && !missing,
         state,
         stateProblem: this.stateProblem,
-        interrupted: this.interruptedHandlers(),
+        interrupted: this.sets.handlers(),
         timings: this.timer.total(),
       };
     }
     // A unit systemd gave up on is reported before anything is fetched or touched.
-    const unitChecked = settle(this.refuseFailedUnit(layout));
+    const unitChecked = settle(this.restart.refuseFailedUnit(layout));
     // Download and verify before taking the lock: a slow server holds up no other installer.
     let fetched: Fetched | undefined;
     if (early) {
@@ -356,10 +314,7 @@ export class Installer {
       fetched = await this.fetchArtifact(scratch);
     }
     unwrap(await unitChecked);
-    const lock = onHost(this.o, hostLockPath(this.o.installRoot));
-    this.lockFile = lock;
     const waiters = new LockWaiters(lock, this.log);
-    this.members = new LockWaiters(lock, this.log, 'members');
     const waitStarted = Date.now();
     let pending: Pending | undefined;
     try {
@@ -367,7 +322,7 @@ export class Installer {
         const step = await withHostLock(lock, 10 * 60_000, this.log, async (): Promise<InstallResult | Pending> => {
           this.timer.timings.lockWaitMs ??= Date.now() - waitStarted;
           if (pending) return this.resume(pending, waiters, base, layout, version?.major, scratch, fetched);
-          await this.recoverInterrupted();
+          await this.recover();
           return this.change(base, layout, version?.major, scratch, fetched, waiters);
         }).catch(e => {
           throw e instanceof HostLockError ? new InstallerError(ExitCode.UNEXPECTED, 'HostLockUnavailable', e.message) : e;
@@ -407,17 +362,17 @@ export class Installer {
    */
   private async resume(pending: Pending, waiters: LockWaiters, base: InstallResult, layout: DistroLayout, major: number | undefined,
     scratch: string | undefined, fetched: Fetched | undefined): Promise<InstallResult | Pending> {
-    const outcome = this.outcomes().take(this.id);
+    const outcome = this.sets.outcomes().take(this.id);
     if (outcome?.kind === 'done') return pending.finish();
     if (outcome?.kind === 'failed') throw new InstallerError(outcome.exitCode, outcome.reason, outcome.message);
-    const open = this.openSet();
-    if (!outcome && open.some(j => j.owner === this.id)) return this.commit(pending, waiters);
+    const open = this.sets.open();
+    if (!outcome && open.some(j => j.owner === this.id)) return this.sets.commit(pending, waiters, this.solo, this.joinedAt);
     // Rolled back: a set whose restart failed is retried change by change, so that one bad
     // change cannot take the others down; an interrupted set is retried as it came.
     this.solo = outcome?.kind === 'retry-alone';
     this.log.info(this.solo ? 'the change set containerd refused was rolled back: this change is tried again alone' : 'the change set was undone: this change is made again');
     this.changed.length = 0;
-    await this.recoverInterrupted();
+    await this.recover();
     return this.change(base, layout, major, scratch, fetched, waiters);
   }
 
@@ -472,7 +427,7 @@ export class Installer {
   private async install(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string,
     prefetched: Fetched | undefined, waiters: LockWaiters): Promise<InstallResult | Pending> {
     const o = this.o;
-    await this.finishOpenSetFirst(layout);
+    await this.sets.finishOpenFirst(layout, this.solo);
     const state = this.readState();
     const configFile = onHost(o, layout.config);
     const configExists = fs.existsSync(configFile);
@@ -561,13 +516,13 @@ export class Installer {
       removeWhenDone: previousBinary && previousBinary !== binary && !this.isPayload(previousBinary) ? [path.posix.dirname(previousBinary)] : [],
       stateToWrite: { file: stateFile(o), text: stateText },
       ...(original !== undefined ? { backup: this.backupPath() } : {}),
-      ...this.membership(),
+      ...this.sets.membership(),
       startedAt: new Date().toISOString(),
     } : undefined;
     this.hostTouched = true;
     if (journal) {
       await this.joinMembers();
-      this.saveJournal(journal);
+      this.sets.save(journal);
     }
 
     // Undo removes exactly the folders this install created (never a repaired binary).
@@ -588,12 +543,12 @@ export class Installer {
       } catch (e) {
         // A full disk or an I/O error: what this run created goes, and the node is as it was.
         undoBinary();
-        this.clearJournal(o.handler);
+        this.sets.clear(o.handler);
         throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed', `${binary} could not be written: ${(e as Error).message}`);
       }
       if (misread !== undefined) {
         undoBinary();
-        this.clearJournal(o.handler);
+        this.sets.clear(o.handler);
         throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
           `${binary} reads back with sha256 ${misread}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
       }
@@ -622,10 +577,10 @@ export class Installer {
       if (journal.backup) this.backup(original!, journal.backup);
       writeAtomically(configFile, edited.text, mode);
       this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
-      this.saveJournal({ ...journal, phase: 'config-written' });
+      this.sets.save({ ...journal, phase: 'config-written' });
       await pauseForTests('config-written');
       if (previousBinary && previousBinary !== binary && !this.isPayload(previousBinary)) this.changed.push(`removed previous version ${previousBinary}`);
-      return this.commit({ journal, result, finish }, waiters);
+      return this.sets.commit({ journal, result, finish }, waiters, this.solo, this.joinedAt);
     }
     // No config change (a repaired binary, a lost record): nothing for containerd to read again.
     writeAtomically(statePath(o), stateText, 0o600);
@@ -731,7 +686,7 @@ export class Installer {
   private async uninstall(base: InstallResult, layout: DistroLayout, major: number | undefined,
     waiters: LockWaiters): Promise<InstallResult | Pending> {
     const o = this.o;
-    await this.finishOpenSetFirst(layout);
+    await this.sets.finishOpenFirst(layout, this.solo);
     const state = this.readState();
     const configFile = onHost(o, state?.configFile ?? layout.config);
     const original = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : undefined;
@@ -766,11 +721,11 @@ export class Installer {
         createdPaths: [],
         removeWhenDone: [shimsDir(o), stateFile(o)],
         backup: this.backupPath(),
-        ...this.membership(),
+        ...this.sets.membership(),
         startedAt: new Date().toISOString(),
       };
       await this.joinMembers();
-      this.saveJournal(journal);
+      this.sets.save(journal);
       this.backup(original!, journal.backup!);
       if (removable) {
         fs.rmSync(configFile, { force: true });
@@ -780,11 +735,11 @@ export class Installer {
         writeAtomically(configFile, removed.text, mode);
       }
       this.changed.push(`removed handler ${o.handler} from ${state?.configFile ?? layout.config}`);
-      this.saveJournal({ ...journal, phase: 'config-written' });
+      this.sets.save({ ...journal, phase: 'config-written' });
       await pauseForTests('config-written');
       if (state) this.changed.push(`removed ${state.payloadDir ?? shimsDir(o)}`);
       const result: InstallResult = { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
-      return this.commit({
+      return this.sets.commit({
         journal,
         result,
         finish: async () => {
@@ -792,7 +747,7 @@ export class Installer {
           this.rotateBackups();
           return result;
         },
-      }, waiters);
+      }, waiters, this.solo, this.joinedAt);
     }
     this.removeAndPrune(onHost(o, shimsDir(o)));
     this.removeAndPrune(statePath(o));
@@ -826,58 +781,6 @@ export class Installer {
     return runtimeType => runtimeType === state?.binary || ours.some(prefix => runtimeType.startsWith(prefix));
   }
 
-  private journalFile(handler: string): string {
-    return path.join(this.o.installRoot, 'journal', `${handler}.json`);
-  }
-
-  /** Writes (and fsyncs) the journal: it must be on disk before what it announces happens. */
-  private saveJournal(journal: Journal): void {
-    writeAtomically(onHost(this.o, this.journalFile(journal.handler)), JSON.stringify(journal) + '\n', 0o600);
-  }
-
-  private clearJournal(handler: string): void {
-    this.removeAndPrune(onHost(this.o, this.journalFile(handler)));
-  }
-
-  /** The handlers whose change an interrupted installer left unfinished. */
-  private interruptedHandlers(): string[] {
-    const dir = onHost(this.o, path.join(this.o.installRoot, 'journal'));
-    return fs.existsSync(dir) ? fs.readdirSync(dir).filter(f => f.endsWith('.json')).map(f => f.slice(0, -'.json'.length)).sort() : [];
-  }
-
-  /** The journals of changes written and not yet complete (of any handler: they share the config), in the order written. */
-  private pendingJournals(): Journal[] {
-    const journals: Journal[] = [];
-    for (const handler of this.interruptedHandlers()) {
-      const journal = parseJournal(fs.readFileSync(onHost(this.o, this.journalFile(handler)), 'utf8'));
-      if (journal) {
-        journals.push(journal);
-      } else {
-        this.log.warn('an unreadable journal of an interrupted installer is dropped; the config is left as it is', { handler });
-        this.clearJournal(handler);
-      }
-    }
-    return inOrder(journals);
-  }
-
-  /** The config file's bytes now (null: no file), for a journal's host path. */
-  private readonly currentConfig = (configFile: string): string | null => {
-    const file = onHost(this.o, configFile);
-    return fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : null;
-  };
-
-  /**
-   * The open change set: changes written by installers that wait for its restart (each in its
-   * file, none restarted yet). Empty when there is none, or when what the journals show is an
-   * interrupted set (recoverInterrupted settles that first).
-   */
-  private openSet(): Journal[] {
-    const journals = this.pendingJournals();
-    const open = journals.length > 0 && journals.every(j => j.phase === 'config-written')
-      && settlementOf(journals, this.currentConfig).action === 'finish';
-    return open ? journals : [];
-  }
-
   /** Marks this run as alive with a change written, until it ends (the kernel drops the mark with it). */
   private async joinMembers(): Promise<void> {
     this.leaveMembers ??= await this.members?.announce(this.id);
@@ -886,181 +789,11 @@ export class Installer {
     this.joinedAt ??= Date.now();
   }
 
-  /** This run's place in the open set (a new set when there is none). */
-  private membership(): Pick<Journal, 'set' | 'seq' | 'owner'> {
-    const open = this.openSet();
-    const last = open[open.length - 1];
-    return { set: last?.set ?? this.id, seq: last ? (last.seq ?? 0) + 1 : 0, owner: this.id };
-  }
-
-  /**
-   * An open set is restarted for before this run's change joins one, when the change must be
-   * alone (it is retried alone after a refused set) or when the set holds a change of this
-   * handler (another installer of it: one journal per handler).
-   */
-  private async finishOpenSetFirst(layout: DistroLayout): Promise<void> {
-    const open = this.openSet();
-    if (open.length === 0 || !(this.solo || open.some(j => j.handler === this.o.handler) || !this.restarts(layout))) return;
-    await this.finishSet(open);
-    if (this.pendingJournals().length > 0) {
-      throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
-        'the changes other installers wrote were undone after containerd refused them, but containerd is still failing: the node needs a human');
-    }
-  }
-
-  /**
-   * This run's change is written: containerd restarts for it now, with every change of the
-   * open set, unless another installer waits for the lock with a change of its own. Then the
-   * restart is left to the last of them, and this run waits for the lock again (Pending).
-   */
-  private async commit(pending: Pending, waiters: LockWaiters): Promise<InstallResult | Pending> {
-    const gathering = this.joinedAt !== undefined && Date.now() - this.joinedAt < this.o.setWaitSeconds * 1000;
-    if (this.restarts(pending.journal.layout) && !this.solo && gathering && await waiters.others(this.id) > 0) return pending;
-    await this.finishSet(this.openSet());
-    const outcome = this.outcomes().peek(this.id);
-    if (outcome?.kind === 'done') {
-      this.outcomes().take(this.id);
-      return pending.finish();
-    }
-    if (outcome?.kind === 'failed') {
-      this.outcomes().take(this.id);
-      throw new InstallerError(outcome.exitCode, outcome.reason, outcome.message);
-    }
-    // Rolled back with the others: tried again alone, under the lock again (resume).
-    return pending;
-  }
-
-  /**
-   * Restarts containerd once for a set of written changes and checks it serves every one of
-   * them; then completes each (its state, its clean-up). A set containerd refuses goes back to
-   * the config before it, containerd restarts again, and each change is tried again alone by
-   * its installer. Each installer of the set gets its outcome.
-   */
-  private async finishSet(set: readonly Journal[]): Promise<void> {
-    if (set.length === 0) return;
-    const layout = set[0].layout;
-    const installs = set.filter(j => j.operation === 'install' && j.binary !== undefined).map(j => ({ handler: j.handler, binary: j.binary! }));
-    if (set.length > 1) this.log.info(`containerd restarts once for ${set.length} changes`, { handlers: set.map(j => `${j.operation} ${j.handler}`) });
-    const problem = this.restarts(layout) ? await this.timer.time('restart', () => this.restartAndCheck(layout, installs)) : undefined;
-    if (!problem) {
-      for (const j of set) {
-        await this.complete(j);
-        this.tell(j, { kind: 'done' });
-      }
-      return;
-    }
-    this.log.error('containerd did not come back with the new config; rolling back', { problem, changes: set.length });
-    for (const j of set) this.saveJournal({ ...j, phase: 'rolling-back' });
-    this.undo(set, chainStarts(set));
-    const again = await this.timer.time('restart', () => this.restartAndCheck(layout, []));
-    if (again) {
-      // The journals stay: the next run restarts again.
-      const message = `containerd failed after the change (${problem}) and is still failing after restoring the previous config (${again}): the node needs a human`;
-      for (const j of set) this.tell(j, { kind: 'failed', exitCode: ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, reason: 'RestartFailedNotRolledBack', message });
-      return;
-    }
-    for (const j of set) {
-      this.clearJournal(j.handler);
-      this.tell(j, set.length > 1 ? { kind: 'retry-alone' } : {
-        kind: 'failed',
-        exitCode: ExitCode.RESTART_FAILED_ROLLED_BACK,
-        reason: 'RestartFailedRolledBack',
-        message: `containerd failed after the change (${problem}); the previous config and binary were restored and containerd is serving again`,
-      });
-    }
-  }
-
-  /** A change containerd came back with: the state it announced, the clean-up it left, and its journal gone. */
-  private async complete(j: Journal): Promise<void> {
-    this.saveJournal({ ...j, phase: 'restarted' });
-    if (j.stateToWrite) writeAtomically(onHost(this.o, j.stateToWrite.file), j.stateToWrite.text, 0o600);
-    await pauseForTests('state-written');
-    for (const p of j.removeWhenDone) this.removeAndPrune(onHost(this.o, p));
-    this.clearJournal(j.handler);
-  }
-
-  /** Takes a set's changes out: each file back to its bytes before the set, what the changes created removed. */
-  private undo(set: readonly Journal[], rewrite: ReadonlyMap<string, string | null>): void {
-    for (const [configFile, text] of rewrite) {
-      const file = onHost(this.o, configFile);
-      const mode = set.find(j => j.layout.config === configFile)?.mode ?? 0o644;
-      if (text === null) fs.rmSync(file, { force: true });
-      else writeAtomically(file, text, mode);
-    }
-    for (const j of set) {
-      for (const p of j.createdPaths) this.removeAndPrune(onHost(this.o, p));
-      if (j.backup) this.removeAndPrune(onHost(this.o, j.backup));
-    }
-  }
-
-  /** Whether an installer of these changes still lives (it waits for the lock to restart or to read its outcome). */
-  private async anyOwnerAlive(journals: readonly Journal[]): Promise<boolean> {
-    for (const j of journals) {
-      if (j.owner !== undefined && j.owner !== this.id && await this.members?.alive(j.owner)) return true;
-    }
-    return false;
-  }
-
-  /** Leaves an installer of the set its outcome (read when it holds the lock again). */
-  private tell(j: Journal, outcome: Outcome): void {
-    if (j.owner !== undefined) this.outcomes().put(j.owner, outcome);
-  }
-
-  private outcomes(): OutcomeBox {
-    return new OutcomeBox(`${this.lockFile}.outcomes`);
-  }
-
-  /**
-   * Finishes or undoes what interrupted installers (of any handler: they share the config)
-   * left half done, before this run changes anything. Runs under the host lock. An open set
-   * (its installers wait for its restart) is not interrupted: it is joined or finished.
-   */
-  private async recoverInterrupted(): Promise<void> {
-    const journals = this.pendingJournals();
-    if (journals.length === 0) return;
-    if (this.openSet().length > 0 && await this.anyOwnerAlive(journals)) return;
-    this.hostTouched = true;
-    const settlement = settlementOf(journals, this.currentConfig);
-    const handlers = journals.map(j => j.handler).join(', ');
-    for (const j of journals) {
-      this.log.warn(`an installer was interrupted during the ${j.operation} of ${j.handler}: ${settlement.action}`, { phase: j.phase, since: j.startedAt });
-      this.changed.push(`recovered the interrupted ${j.operation} of ${j.handler}: ${settlement.action}`);
-    }
-    switch (settlement.action) {
-      case 'complete':
-        for (const j of journals) {
-          await this.complete(j);
-          this.tell(j, { kind: 'done' });
-        }
-        return;
-      case 'finish':
-        await this.finishSet(journals);
-        break;
-      case 'undo':
-        this.undo(journals, settlement.rewrite);
-        if (settlement.restart && this.restarts(journals[0].layout)) {
-          const again = await this.timer.time('restart', () => this.restartAndCheck(journals[0].layout, []));
-          if (again) break; // the journals stay: the next run restarts again
-        }
-        for (const j of journals) {
-          this.clearJournal(j.handler);
-          this.tell(j, { kind: 'retry' });
-        }
-        return;
-      case 'abandon':
-        this.log.warn(`${settlement.file} was changed by someone else since: the interrupted change is left as it is`);
-        for (const j of journals) this.clearJournal(j.handler);
-        return;
-    }
-    if (this.pendingJournals().length > 0) {
-      throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
-        `an interrupted change of ${handlers} was undone, but containerd is still failing: the node needs a human`);
-    }
-  }
-
-  /** Whether this run restarts containerd for changes of this layout. */
-  private restarts(layout: DistroLayout): boolean {
-    return !(this.o.restart === 'none' || (this.o.restart === 'systemd' && !layout.unit));
+  /** Settles what interrupted installers left (change-set.ts); a run that did so has touched the host. */
+  private async recover(): Promise<void> {
+    const before = this.changed.length;
+    await this.sets.recoverInterrupted(this.changed);
+    if (this.changed.length > before) this.hostTouched = true;
   }
 
   /** The binary the config gives our handler, when it is one of ours (under our shims folder). */
@@ -1122,12 +855,7 @@ export class Installer {
 
   /** Removes a file or folder, then its parents below the install root while they are empty. */
   private removeAndPrune(target: string): void {
-    fs.rmSync(target, { recursive: true, force: true });
-    const stop = onHost(this.o, this.o.installRoot);
-    // Folders that never existed (nothing was ever installed here) are nothing to prune.
-    for (let d = path.dirname(target); d.startsWith(stop + path.sep) && fs.existsSync(d) && fs.readdirSync(d).length === 0; d = path.dirname(d)) {
-      fs.rmdirSync(d);
-    }
+    removeAndPrune(this.o, target);
   }
 
   /** Where the config as it was before this edit is saved (a host path). */
@@ -1209,7 +937,7 @@ export class Installer {
       // An unreadable record of another handler: its payloads are left alone.
       if (parsed?.problem) continue;
       const current = parsed?.state?.payloadDir;
-      if (fs.existsSync(onHost(this.o, this.journalFile(handler)))) continue;
+      if (fs.existsSync(onHost(this.o, this.sets.journalFile(handler)))) continue;
       for (const version of fs.readdirSync(path.join(rootOnHost, handler))) {
         const hostFolder = path.join(root, handler, version);
         if (hostFolder === current) continue;
@@ -1228,94 +956,5 @@ export class Installer {
     // Unlinking is safe for running shims (they keep the inode); only overwriting is not.
     this.removeAndPrune(path.dirname(onHost(this.o, binary)));
     this.changed.push(`removed previous version ${binary}`);
-  }
-
-  /**
-   * A unit that systemd gave up on (start-limit-hit, or failed) is a human's to look at: the
-   * installer neither resets its failure counter nor starts it, and touches nothing.
-   */
-  private async refuseFailedUnit(layout: DistroLayout): Promise<void> {
-    if (this.o.restart !== 'systemd' || !layout.unit) return;
-    const r = await hostCommand(this.host, ['systemctl', 'show', '-p', 'ActiveState', '-p', 'SubState', '-p', 'Result', layout.unit], 20_000);
-    if (r.code !== 0) {
-      this.log.warn(`cannot ask systemd for ${layout.unit}'s state`, { error: r.stderr.trim().slice(0, 300) });
-      return;
-    }
-    const failure = unitFailure(parseShow(r.stdout));
-    if (!failure) return;
-    throw new InstallerError(ExitCode.CONTAINERD_UNIT_FAILED, 'ContainerdUnitFailed',
-      `${layout.unit}.service is failed (${failure}) on this node and the installer changed nothing: it does not reset systemd's start limit nor start the unit. ` +
-      `Find out why (journalctl -u ${layout.unit}), then run 'systemctl reset-failed ${layout.unit} && systemctl start ${layout.unit}'`);
-  }
-
-  /**
-   * Waits until the unit's start limit has room for one more start, leaving one to systemd
-   * (see restart-pacing.ts); records the start. Only for systemd restarts of a unit.
-   */
-  private async paceRestart(layout: DistroLayout): Promise<void> {
-    if (this.o.restart !== 'systemd' || !layout.unit || !this.lockFile) return;
-    const history = new RestartHistory(restartHistoryPath(this.lockFile));
-    const r = await hostCommand(this.host, ['systemctl', 'show', '-p', 'StartLimitBurst', '-p', 'StartLimitIntervalUSec',
-      '-p', 'ExecMainStartTimestampMonotonic', layout.unit], 20_000);
-    const show = r.code === 0 ? parseShow(r.stdout) : {};
-    const limit = startLimitOf(show);
-    const starts = history.read();
-    // The unit's last start, whoever made it (an admin, systemd's own Restart=): CLOCK_MONOTONIC is the host's too.
-    const startedMono = Number(show.ExecMainStartTimestampMonotonic);
-    if (startedMono > 0) {
-      const started = Date.now() - (Number(process.hrtime.bigint() / 1000n) - startedMono) / 1000;
-      if (!starts.some(t => Math.abs(t - started) < 1000)) starts.push(started);
-    }
-    const at = nextRestartAt(starts, limit, Date.now());
-    if (at > Date.now()) {
-      this.log.info(`pacing: ${layout.unit} allows ${limit!.burst} starts in ${limit!.intervalMs / 1000}s; the restart waits ${((at - Date.now()) / 1000).toFixed(1)}s`);
-      await this.timer.time('pacing', () => new Promise(res => setTimeout(res, at - Date.now())));
-    }
-    history.record(Date.now());
-  }
-
-  /**
-   * Restarts containerd and waits for it to serve with every handler of `installs` in its
-   * effective config; returns what went wrong, or undefined.
-   */
-  private async restartAndCheck(layout: DistroLayout, installs: readonly { handler: string; binary: string }[]): Promise<string | undefined> {
-    const argv = this.o.restart === 'command'
-      ? ['sh', '-c', this.o.restartCommand!]
-      : ['systemctl', 'restart', layout.unit ?? 'containerd'];
-    await this.paceRestart(layout);
-    this.log.info('restarting containerd', { command: argv.join(' ') });
-    const r = await this.timer.time('restartCommand', () => hostCommand(this.host, argv));
-    if (r.code !== 0) return `restart command exited ${r.code}: ${r.stderr.trim().slice(0, 300)}`;
-    const deadline = Date.now() + this.o.healthTimeoutSeconds * 1000;
-    let last = 'no answer';
-    while (Date.now() < deadline) {
-      last = await this.timer.time('health', () => this.health(layout, installs)) ?? '';
-      if (last === '') return undefined;
-      await new Promise(res => setTimeout(res, HEALTH_POLL_MS));
-    }
-    return `containerd not healthy after ${this.o.healthTimeoutSeconds}s: ${last}`;
-  }
-
-  /**
-   * The three checks run at once: `ctr` waits for the socket to appear by itself (it polls
-   * for it every 10 ms), so the two ctr calls return as soon as the daemon serves, and the
-   * effective config (a file containerd reads, not a question to the daemon) is read while
-   * it starts. Every check must pass, and the first failing one, in this order, is reported.
-   */
-  private async health(layout: DistroLayout, installs: readonly { handler: string; binary: string }[]): Promise<string | undefined> {
-    const [version, plugins, dump] = await Promise.all([
-      hostCommand(this.host, ['ctr', '--address', layout.socket, 'version'], 10_000),
-      hostCommand(this.host, ['ctr', '--address', layout.socket, 'plugins', 'ls'], 10_000),
-      installs.length > 0 ? hostCommand(this.host, ['containerd', '--config', layout.effectiveConfig, 'config', 'dump'], 20_000) : undefined,
-    ]);
-    if (version.code !== 0) return `socket ${layout.socket} does not answer`;
-    const cri = plugins.stdout.split('\n').filter(l => /\bcri\b/.test(l));
-    if (plugins.code !== 0 || cri.length === 0 || cri.some(l => /\berror\b/.test(l))) return 'the CRI plugin is not running';
-    if (dump) {
-      if (dump.code !== 0) return `containerd cannot read its config: ${dump.stderr.trim().slice(0, 300)}`;
-      const missing = installs.filter(i => !dump.stdout.includes(i.binary)).map(i => i.handler);
-      if (missing.length > 0) return `the effective config does not contain handler ${missing.join(', ')}`;
-    }
-    return undefined;
   }
 }
