@@ -174,6 +174,40 @@ describe('a payload of several files', () => {
     expect(tree(path.join(daemon.dir, 'opt', 'rcm', 'payloads'))).toEqual([]);
   });
 
+  test('symbolic links inside a payload (a library\'s soname link) are installed as links, checked, and removed with it', async () => {
+    // GIVEN a payload whose wrapper finds a file through a soname link, as a library folder from Debian's packages has them
+    const src = fs.mkdtempSync(path.join(work, 'links-'));
+    fs.mkdirSync(path.join(src, 'bin'));
+    fs.mkdirSync(path.join(src, 'lib'));
+    fs.copyFileSync('/usr/bin/containerd-shim-runc-v2', path.join(src, 'bin', 'containerd-shim-runc-v2'));
+    fs.writeFileSync(path.join(src, 'bin', 'runc-wrapper'), wrapper(path.join(work, 'runc-calls'), 'links'), { mode: 0o755 });
+    fs.writeFileSync(path.join(src, 'lib', 'libdemo.so.1.2.3'), 'library bytes');
+    fs.symlinkSync('libdemo.so.1.2.3', path.join(src, 'lib', 'libdemo.so.1'));
+    const tgz = path.join(work, 'links.tgz');
+    execFileSync('tar', ['-czf', tgz, '-C', src, 'bin', 'lib']);
+    artifacts['links.tgz'] = { url: server.put('links.tgz', fs.readFileSync(tgz)), sha256: sha256(fs.readFileSync(tgz)) };
+    // WHEN it is installed
+    const install = await runBundle(installer, 'install', [...hostArgs(), ...payloadArgs('links.tgz')]);
+    expect(install.stderr).not.toMatch(/ERROR/);
+    expect(install.code).toBe(0);
+    // THEN the installed folder holds the link as a link, resolving inside it
+    const folder = path.dirname(path.dirname(install.result.paths.binary));
+    expect(fs.readlinkSync(path.join(folder, 'lib', 'libdemo.so.1'))).toBe('libdemo.so.1.2.3');
+    expect(fs.readFileSync(path.join(folder, 'lib', 'libdemo.so.1'), 'utf8')).toBe('library bytes');
+    // AND the installed payload counts as intact (its digest covers the link)
+    expect((await runBundle(installer, 'status', hostArgs())).result).toMatchObject({ installed: true });
+    // WHEN the link is pointed elsewhere by hand THEN the payload is damaged, and the next install repairs it
+    fs.rmSync(path.join(folder, 'lib', 'libdemo.so.1'));
+    fs.symlinkSync('../bin/runc-wrapper', path.join(folder, 'lib', 'libdemo.so.1'));
+    expect((await runBundle(installer, 'status', hostArgs())).result).toMatchObject({ installed: false, message: expect.stringMatching(/damaged or incomplete/) });
+    const repair = await runBundle(installer, 'install', [...hostArgs(), ...payloadArgs('links.tgz')]);
+    expect(repair.code).toBe(0);
+    expect(fs.readlinkSync(path.join(folder, 'lib', 'libdemo.so.1'))).toBe('libdemo.so.1.2.3');
+    // AND uninstall leaves nothing
+    expect((await runBundle(installer, 'uninstall', hostArgs())).code).toBe(0);
+    expect(tree(path.join(daemon.dir, 'opt', 'rcm', 'payloads'))).toEqual([]);
+  });
+
   test('a damaged payload (a file removed by hand) is repaired by the next install', async () => {
     const first = await runBundle(installer, 'install', [...hostArgs(), ...payloadArgs('payload-v1.tgz')]);
     const folder = path.dirname(path.dirname(first.result.paths.binary));
