@@ -1,0 +1,105 @@
+import { execFileSync } from 'child_process';
+import * as crypto from 'crypto';
+import * as fs from 'fs';
+import * as path from 'path';
+import * as tar from 'tar';
+import { buildOciImage } from './oci-image';
+import { CACHE_DIR } from './tools';
+
+// WebAssembly for the suites, without a toolchain: hand-written WASI modules
+// (test/fixtures/wasm/*.wat) assembled by Debian's wabt into images whose one layer holds the
+// .wasm file, and a real Wasm runtime as a payload: Debian trixie's crun built with WasmEdge,
+// its library closure and a wrapper, assembled by scripts/provision.sh (fetch_wasm_runtime).
+
+/** The hand-written modules. */
+export const WASM_FIXTURES = path.join(__dirname, '..', 'fixtures', 'wasm');
+
+/** The payload folder provisioning assembles: bin/crun (the wrapper), bin/crun.real, lib/. */
+export const WASM_RUNTIME_DIR = path.join(CACHE_DIR, 'wasm-crun-trixie');
+
+/** The annotation that makes crun run a container's entrypoint as a Wasm module. */
+export const WASM_VARIANT_ANNOTATION = 'module.wasm.image/variant';
+
+/** Assembles `test/fixtures/wasm/<name>.wat` with wat2wasm into `dir`; returns the .wasm file. */
+export function assembleWat(name: string, dir: string): string {
+  const out = path.join(dir, `${name}.wasm`);
+  try {
+    execFileSync('wat2wasm', [path.join(WASM_FIXTURES, `${name}.wat`), '-o', out], { stdio: ['ignore', 'ignore', 'pipe'] });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error('wat2wasm is missing: run scripts/provision.sh (Debian\'s wabt)');
+    throw new Error(`wat2wasm ${name}.wat failed: ${String((e as any).stderr ?? e)}`);
+  }
+  return out;
+}
+
+export interface WasmImage {
+  /** The image's name, fully qualified. */
+  readonly reference: string;
+  /** The OCI layout tarball for `ctr images import`. */
+  readonly tarball: string;
+  /** The module's path in the image (its entrypoint). */
+  readonly entrypoint: string;
+}
+
+/**
+ * An image of one module: a single layer holding `/<name>.wasm` (executable), the entrypoint.
+ * Nothing else is in it: no shell, no libc, so only a Wasm runtime can start it.
+ */
+export async function buildWasmImage(name: string, dir: string): Promise<WasmImage> {
+  const module = assembleWat(name, dir);
+  const entrypoint = `/${name}.wasm`;
+  const tarball = path.join(dir, `wasm-${name}.tar`);
+  const reference = await buildOciImage({
+    name: `docker.io/library/rcm-wasm-${name}:test`,
+    files: [{ source: module, target: entrypoint, mode: 0o755 }],
+    entrypoint: [entrypoint],
+  }, tarball);
+  return { reference, tarball, entrypoint };
+}
+
+export interface WasmPayload {
+  /** The .tar.gz. */
+  readonly file: string;
+  readonly sha256: string;
+  /** Bytes of the archive, and of what it unpacks to (files only, links not counted). */
+  readonly archiveBytes: number;
+  readonly unpackedBytes: number;
+  /** Regular files and symbolic links in it. */
+  readonly files: number;
+  readonly links: number;
+}
+
+/**
+ * The crun + WasmEdge payload as a .tar.gz: the provisioned folder (links kept as links) plus
+ * containerd's runc shim as `bin/containerd-shim-runc-v2`, which drives `bin/crun` through
+ * the handler's `BinaryName`.
+ */
+export async function buildWasmPayload(file: string, shim = '/usr/bin/containerd-shim-runc-v2'): Promise<WasmPayload> {
+  if (!fs.existsSync(path.join(WASM_RUNTIME_DIR, 'bin', 'crun'))) throw new Error(`${WASM_RUNTIME_DIR} is missing: run scripts/provision.sh`);
+  const stage = fs.mkdtempSync(`${file}.stage-`);
+  try {
+    fs.cpSync(WASM_RUNTIME_DIR, stage, { recursive: true, verbatimSymlinks: true });
+    fs.copyFileSync(shim, path.join(stage, 'bin', 'containerd-shim-runc-v2'));
+    fs.chmodSync(path.join(stage, 'bin', 'containerd-shim-runc-v2'), 0o755);
+    let unpackedBytes = 0;
+    let files = 0;
+    let links = 0;
+    for (const rel of fs.readdirSync(stage, { recursive: true }).map(String)) {
+      const stat = fs.lstatSync(path.join(stage, rel));
+      if (stat.isFile()) {
+        files++;
+        unpackedBytes += stat.size;
+      } else if (stat.isSymbolicLink()) {
+        links++;
+      }
+    }
+    await tar.c({ file, cwd: stage, gzip: true, portable: true }, fs.readdirSync(stage).sort());
+    const archive = fs.readFileSync(file);
+    return {
+      file, sha256: crypto.createHash('sha256').update(archive).digest('hex'),
+      archiveBytes: archive.length, unpackedBytes, files, links,
+    };
+  } finally {
+    fs.rmSync(stage, { recursive: true, force: true });
+  }
+}
