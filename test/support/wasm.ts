@@ -96,8 +96,12 @@ export async function buildWasmPayload(file: string, shim = '/usr/bin/containerd
     await tar.c({ file, cwd: stage, gzip: true, portable: true }, fs.readdirSync(stage).sort());
     const archive = fs.readFileSync(file);
     return {
-      file, sha256: crypto.createHash('sha256').update(archive).digest('hex'),
-      archiveBytes: archive.length, unpackedBytes, files, links,
+      file,
+      sha256: crypto.createHash('sha256').update(archive).digest('hex'),
+      archiveBytes: archive.length,
+      unpackedBytes,
+      files,
+      links,
     };
   } finally {
     fs.rmSync(stage, { recursive: true, force: true });
