@@ -3,6 +3,7 @@
 // is restarting containerd (foreground deletion of the Shim would); the planner removes them.
 import { runtimeOptionsOf } from './planner';
 import { ImageArtifact, INSTALLER_FAILED, JobRequest, JobView, ShimObject } from './types';
+import { InstallerRequest, POD_HOST_ROOT, toEnv } from '../shared/installer-contract';
 
 export const MANAGED_BY = 'rcm-controller';
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
@@ -74,24 +75,9 @@ function imageCopy(settings: JobSettings, image: ImageArtifact): { initContainer
 export function installerJob(settings: JobSettings, shim: ShimObject, request: JobRequest): any {
   const { name, node, operation, artifact } = request;
   const spec = shim.spec;
-  const restart = spec.restart ?? { mode: settings.defaultRestartMode, command: settings.defaultRestartCommand };
-  const env: { name: string; value: string }[] = [
-    { name: 'RCM_HOST_ROOT', value: '/host' },
-    // The handler of this operation: an uninstall removes what the node recorded, not what
-    // the spec says today.
-    { name: 'RCM_HANDLER', value: request.handler },
-    { name: 'RCM_RESTART', value: restart.mode },
-    { name: 'RCM_JSON_LOGS', value: 'true' },
-  ];
-  if (restart.command) env.push({ name: 'RCM_RESTART_COMMAND', value: restart.command });
-  if (artifact?.location) env.push({ name: 'RCM_LOCATION', value: artifact.location });
-  if (artifact?.image) {
-    env.push({ name: 'RCM_ARTIFACT_FILE', value: ARTIFACT_FILE });
-    env.push({ name: 'RCM_ARTIFACT_ORIGIN', value: `${artifact.image.reference}:${artifact.image.path}` });
-  }
-  if (artifact?.sha256) env.push({ name: 'RCM_SHA256', value: artifact.sha256 });
-  env.push(...settings.installerEnv ?? []);
-  if (operation === 'install') env.push(...handlerEnv(spec));
+  // The cluster-wide extras first: the request's own variables come after them and win (the
+  // reserved names are refused at start already).
+  const env = [...settings.installerEnv ?? [], ...toEnv(installerRequest(settings, shim, request))];
 
   const labels = { [LABEL_MANAGED_BY]: MANAGED_BY, [LABEL_SHIM_UID]: shim.metadata.uid, [LABEL_BATCH]: request.batch };
   const annotations = {
@@ -142,7 +128,7 @@ export function installerJob(settings: JobSettings, shim: ShimObject, request: J
             env,
             securityContext: { privileged: true },
             terminationMessagePolicy: 'FallbackToLogsOnError',
-            volumeMounts: [{ name: 'host', mountPath: '/host' }, ...(copy ? [{ name: 'rcm-artifact', mountPath: '/rcm-artifact', readOnly: true }] : [])],
+            volumeMounts: [{ name: 'host', mountPath: POD_HOST_ROOT }, ...(copy ? [{ name: 'rcm-artifact', mountPath: '/rcm-artifact', readOnly: true }] : [])],
             resources: { requests: { cpu: '10m', memory: '64Mi' }, limits: { memory: '512Mi' } },
           }],
           volumes: [{ name: 'host', hostPath: { path: '/', type: 'Directory' } }, ...copy?.volumes ?? []],
@@ -152,19 +138,36 @@ export function installerJob(settings: JobSettings, shim: ShimObject, request: J
   };
 }
 
-/** The installer's flags for the handler's shape: options, payload, runtime type and handler fields. */
-function handlerEnv(spec: ShimObject['spec']): { name: string; value: string }[] {
-  const env: { name: string; value: string }[] = [];
-  const options = Object.entries(runtimeOptionsOf(spec)).map(([k, v]) => `${k}=${v}`);
-  if (options.length > 0) env.push({ name: 'RCM_RUNTIME_OPTION', value: options.join('\n') });
-  if (spec.payload) env.push({ name: 'RCM_PAYLOAD_SHIM', value: spec.payload.shim });
-  if (spec.payload?.runtimeType) env.push({ name: 'RCM_RUNTIME_TYPE', value: spec.payload.runtimeType });
+/**
+ * What the installer is asked to do on the node. An uninstall names the handler the node
+ * recorded, not the one the spec says today, and carries nothing of the handler's shape.
+ */
+export function installerRequest(settings: JobSettings, shim: ShimObject, request: JobRequest): InstallerRequest {
+  const spec = shim.spec;
+  const restart = spec.restart ?? { mode: settings.defaultRestartMode, command: settings.defaultRestartCommand };
+  const { artifact } = request;
+  const base: InstallerRequest = {
+    command: request.operation,
+    handler: request.handler,
+    restart: restart.mode,
+    restartCommand: restart.command,
+    location: artifact?.location,
+    ...(artifact?.image ? { artifactFile: ARTIFACT_FILE, artifactOrigin: `${artifact.image.reference}:${artifact.image.path}` } : {}),
+    sha256: artifact?.sha256,
+  };
+  if (request.operation !== 'install') return base;
+  const options = runtimeOptionsOf(spec);
   const handler = spec.containerdRuntime ?? {};
-  if (handler.podAnnotations?.length) env.push({ name: 'RCM_POD_ANNOTATION', value: handler.podAnnotations.join('\n') });
-  if (handler.containerAnnotations?.length) env.push({ name: 'RCM_CONTAINER_ANNOTATION', value: handler.containerAnnotations.join('\n') });
-  if (handler.privilegedWithoutHostDevices !== undefined) env.push({ name: 'RCM_PRIVILEGED_WITHOUT_HOST_DEVICES', value: String(handler.privilegedWithoutHostDevices) });
-  if (handler.snapshotter) env.push({ name: 'RCM_SNAPSHOTTER', value: handler.snapshotter });
-  return env;
+  return {
+    ...base,
+    runtimeOptions: Object.keys(options).length > 0 ? options : undefined,
+    payloadShim: spec.payload?.shim,
+    runtimeType: spec.payload?.runtimeType,
+    podAnnotations: handler.podAnnotations?.length ? handler.podAnnotations : undefined,
+    containerAnnotations: handler.containerAnnotations?.length ? handler.containerAnnotations : undefined,
+    privilegedWithoutHostDevices: handler.privilegedWithoutHostDevices,
+    snapshotter: handler.snapshotter || undefined,
+  };
 }
 
 function parseResult(message: string | undefined): JobView['result'] {

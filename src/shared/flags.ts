@@ -19,7 +19,8 @@ export interface ParsedFlags {
 /** A flag the caller must reject; each program turns it into its own kind of error. */
 export class FlagError extends Error {}
 
-function envName(flag: string): string {
+/** The environment variable that gives a flag (RCM_<FLAG IN UPPER SNAKE CASE>). */
+export function envName(flag: string): string {
   return `RCM_${flag.toUpperCase().replace(/-/g, '_')}`;
 }
 

@@ -1,6 +1,8 @@
 // Shape checks shared by the constructs, the controller and the node installer, so that a
 // name is judged the same way at synth time, at reconcile time and on the node.
 
+import { RESERVED_INSTALLER_ENV } from './installer-contract';
+
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const SHA256 = /^[a-f0-9]{64}$/;
@@ -59,15 +61,6 @@ export function artifactUrlProblem(location: string, allowInsecureHttp: boolean)
   }
   return `uses unsupported scheme "${url.protocol.replace(/:$/, '')}" (only https and http are supported)`;
 }
-
-/**
- * Installer variables that the controller derives from each Shim (or from its own restart
- * flags); a cluster-wide value for one of them would fight the Shim, so it is refused.
- */
-export const RESERVED_INSTALLER_ENV = [
-  'RCM_HOST_ROOT', 'RCM_HANDLER', 'RCM_SHIM_NAME', 'RCM_LOCATION', 'RCM_PLATFORM_LOCATION', 'RCM_SHA256',
-  'RCM_RUNTIME_OPTION', 'RCM_RESTART', 'RCM_RESTART_COMMAND', 'RCM_RESULT_FILE', 'RCM_JSON_LOGS',
-];
 
 /** Why `name` cannot be an extra environment variable of installer pods, or undefined when it can. */
 export function installerEnvNameProblem(name: string): string | undefined {
