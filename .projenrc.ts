@@ -53,9 +53,9 @@ const project = new cdk8s.ConstructLibraryCdk8s({
   },
   // The controller and the node installer are not part of the jsii API: they are
   // type-checked by their own tsconfig and bundled by esbuild (post-compile). src/shared/
-  // holds what both programs use; its logging and flag parsing are theirs alone, while the
-  // label scheme and the shape checks are the constructs' too (and so compiled by jsii).
-  excludeTypescript: ['src/runtime/**', 'src/installer/**', 'src/shared/log.ts', 'src/shared/flags.ts'],
+  // holds what the programs use; its logging, flag parsing and API client are theirs alone, while
+  // the label scheme and the shape checks are the constructs' too (and so compiled by jsii).
+  excludeTypescript: ['src/runtime/**', 'src/installer/**', 'src/shared/log.ts', 'src/shared/flags.ts', 'src/shared/kube/**'],
 
   devDeps: [
     'cdk8s-cli@^2.200.0',
@@ -124,7 +124,7 @@ project.postCompileTask.spawn(bundle);
 
 // The programs' libraries are bundled into lib/*.js by esbuild: devDependencies on purpose.
 project.eslint?.addOverride({
-  files: ['src/installer/**', 'src/runtime/**', 'src/shared/log.ts', 'src/shared/flags.ts'],
+  files: ['src/installer/**', 'src/runtime/**', 'src/shared/log.ts', 'src/shared/flags.ts', 'src/shared/kube/**'],
   rules: { 'import/no-extraneous-dependencies': 'off' },
 });
 

@@ -3,7 +3,7 @@
 // decision is the planner's; this file only executes typed actions.
 import { Handlers, Informer } from './informer';
 import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
-import { isConflictOrExists, Kube, unlessNotFound } from './kube';
+import { isConflictOrExists, Kube, unlessNotFound } from '../shared/kube/kube';
 import { Metrics } from './metrics';
 import { FINALIZER, plan } from './planner';
 import { WorkQueue } from './queue';

@@ -3,8 +3,8 @@
 // lists in one response; at 5,000 nodes that alone is hundreds of MiB. Here each object is
 // reduced before it is cached, LISTs are paginated, and a watch that expired (410 Gone)
 // lists again. Built-in kinds are read as protobuf, whose unread parts cost nothing to skip.
-import { ApiError, Kube } from './kube';
-import { Fields, unwrap } from './protobuf';
+import { ApiError, Kube } from '../shared/kube/kube';
+import { Fields, unwrap } from '../shared/kube/protobuf';
 import { objectMeta, statusFromProto } from './slim-proto';
 
 export interface InformerOptions<T> {

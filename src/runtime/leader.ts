@@ -1,6 +1,6 @@
 // Leader election on a coordination.k8s.io/v1 Lease, guarded by resourceVersion: one
 // replica acts, the others wait; a leader that cannot renew in time steps down.
-import { isConflictOrExists, isNotFound, Kube } from './kube';
+import { isConflictOrExists, isNotFound, Kube } from '../shared/kube/kube';
 import { Logger } from '../shared/log';
 
 export interface LeaseSettings {

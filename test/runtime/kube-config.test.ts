@@ -1,7 +1,7 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { inClusterAccess, kubeconfigAccess, TokenFile } from '../../src/runtime/kube-config';
+import { inClusterAccess, kubeconfigAccess, TokenFile } from '../../src/shared/kube/kube-config';
 
 // How the controller finds and authenticates to the API server. The real use (a kubeconfig
 // with a CA file and a token) runs in every integration test; these cover the other shapes.

@@ -1,4 +1,4 @@
-import { Fields, unwrap } from '../../src/runtime/protobuf';
+import { Fields, unwrap } from '../../src/shared/kube/protobuf';
 
 // The wire format reader on hand-made messages; real objects from an API server are covered
 // by test/integration/protobuf-views.test.ts.

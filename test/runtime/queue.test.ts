@@ -1,4 +1,4 @@
-import { TokenBucket } from '../../src/runtime/kube';
+import { TokenBucket } from '../../src/shared/kube/kube';
 import { WorkQueue } from '../../src/runtime/queue';
 
 // The work queue and the client-side rate limit, on jest's fake clock.

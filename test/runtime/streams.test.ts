@@ -1,4 +1,4 @@
-import { FrameSplitter, LineSplitter } from '../../src/runtime/kube';
+import { FrameSplitter, LineSplitter } from '../../src/shared/kube/kube';
 
 // Watch streams arrive in chunks that end anywhere: inside a line or frame, inside a
 // frame's length prefix, or several at once.
