@@ -8,7 +8,7 @@ import { labelValueProblem, metadataKeyProblem } from '../shared/validation';
  * Checks labels or annotations given to a construct: keys as Kubernetes wants them, label
  * values at most 63 characters of the allowed set.
  */
-export function validateMetadata(field: 'labels' | 'annotations', map: { [key: string]: string } | undefined): void {
+export function validateMetadata(field: 'labels' | 'annotations' | 'workloadAnnotations', map: { [key: string]: string } | undefined): void {
   for (const [key, value] of Object.entries(map ?? {})) {
     const problem = metadataKeyProblem(key);
     if (problem) throw new Error(`${field}: ${problem}`);

@@ -112,6 +112,18 @@ export interface ShimConstructProps {
    */
   readonly containerdRuntime?: ContainerdHandlerSettings;
   /**
+   * Annotations the runtime needs on every pod it runs: `runWorkload()` puts them on the
+   * workload's pod template beside `runtimeClassName`, so that no workload can forget them.
+   * crun runs a container as a Wasm module only with `module.wasm.image/variant: compat`
+   * (or `run.oci.handler: wasm`). containerd passes a pod's annotations to the runtime only
+   * where the handler lets them through, so each key must match a glob of
+   * `containerdRuntime.podAnnotations`. Where a workload sets one of these keys itself, the
+   * Shim's value wins.
+   * @example { 'module.wasm.image/variant': 'compat' }
+   * @default - none
+   */
+  readonly workloadAnnotations?: { [key: string]: string };
+  /**
    * Accept `http://` artifact locations. Without TLS anyone on the path can replace the
    * shim, so pair it with `sha256`.
    * @default false
@@ -209,6 +221,7 @@ export class ShimConstruct extends Construct {
   private readonly allowInsecureHttp: boolean;
   private readonly location?: string;
   private readonly image?: ShimImageArtifact;
+  private readonly podAnnotations: { [key: string]: string };
 
   constructor(scope: Construct, id: string, props: ShimConstructProps) {
     super(scope, id);
@@ -220,6 +233,7 @@ export class ShimConstruct extends Construct {
     this.allowInsecureHttp = props.allowInsecureHttp ?? false;
     this.location = props.location;
     this.image = props.image;
+    this.podAnnotations = { ...props.workloadAnnotations };
     for (const platform of props.platforms ?? []) this.addPlatform(platform);
 
     const spec: ShimSpec = {
@@ -306,10 +320,16 @@ export class ShimConstruct extends Construct {
     this.platforms.push({ ...artifact });
   }
 
+  /** The annotations `runWorkload()` puts on pod templates, from `workloadAnnotations` (a copy). */
+  public get workloadAnnotations(): { [key: string]: string } {
+    return { ...this.podAnnotations };
+  }
+
   /**
    * Run a workload's pods under this Shim's RuntimeClass: sets `runtimeClassName` in its pod
-   * template. Takes a cdk8s-plus workload (`Deployment`, `StatefulSet`, `DaemonSet`, `Job`,
-   * `CronJob`, `Pod`, of any cdk8s-plus version) or a generated `Kube*` object of those kinds.
+   * template, and the Shim's `workloadAnnotations` on the template's metadata. Takes a
+   * cdk8s-plus workload (`Deployment`, `StatefulSet`, `DaemonSet`, `Job`, `CronJob`, `Pod`, of
+   * any cdk8s-plus version) or a generated `Kube*` object of those kinds.
    * @param workload the workload construct
    */
   public runWorkload(workload: IConstruct): void {
@@ -322,6 +342,7 @@ export class ShimConstruct extends Construct {
       throw new Error(`runWorkload: ${workload.node.path} is a ${apiObject.kind}, not one of ${Object.keys(POD_SPEC_PATHS).join(', ')}`);
     }
     apiObject.addJsonPatch(JsonPatch.add(`${podSpec}/runtimeClassName`, this.runtimeClassName));
+    if (Object.keys(this.podAnnotations).length > 0) annotatePodTemplate(workload, apiObject, podSpec, this.podAnnotations);
   }
 
   private renderPlatforms(): any {
@@ -368,6 +389,36 @@ function allShims(scope: IConstruct): ShimConstruct[] {
 
 function mapValues<T>(map: { [key: string]: string }, convert: (value: string) => T): { [key: string]: T } {
   return Object.fromEntries(Object.entries(map).map(([key, value]) => [key, convert(value)]));
+}
+
+/**
+ * Puts `annotations` on a workload's pod template. A cdk8s-plus workload (or any Pod) keeps
+ * its pod metadata as an object that merges at synth, beside whatever else the user adds; a
+ * plain object of another kind gets JSON patches fitted to the template as it is.
+ */
+function annotatePodTemplate(workload: IConstruct, apiObject: ApiObject, podSpecPath: string, annotations: { [key: string]: string }): void {
+  const podMetadata = workload !== apiObject ? (workload as any).podMetadata : apiObject.kind === 'Pod' ? apiObject.metadata : undefined;
+  if (typeof podMetadata?.addAnnotation === 'function') {
+    for (const [key, value] of Object.entries(annotations)) podMetadata.addAnnotation(key, value);
+    return;
+  }
+  const metadataPath = podSpecPath.replace(/\/spec$/, '/metadata');
+  const metadata = metadataPath.split('/').slice(1).reduce((at: any, part) => at?.[part], apiObject.toJson());
+  if (metadata === undefined) {
+    apiObject.addJsonPatch(JsonPatch.add(metadataPath, { annotations: { ...annotations } }));
+  } else if (metadata.annotations === undefined) {
+    apiObject.addJsonPatch(JsonPatch.add(`${metadataPath}/annotations`, { ...annotations }));
+  } else {
+    for (const [key, value] of Object.entries(annotations)) {
+      apiObject.addJsonPatch(JsonPatch.add(`${metadataPath}/annotations/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`, value));
+    }
+  }
+}
+
+/** Whether containerd lets annotation `key` through a `pod_annotations` glob (Go's path.Match: `*` stops at `/`). */
+function globMatches(glob: string, key: string): boolean {
+  const pattern = glob.split('*').map(part => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('[^/]*');
+  return new RegExp(`^${pattern}$`).test(key);
 }
 
 /** Where each workload kind keeps its pod spec. */
@@ -427,10 +478,22 @@ function validateProps(name: string, runtimeClassName: string, props: ShimConstr
   }
   validateMetadata('labels', props.labels);
   validateMetadata('annotations', props.annotations);
+  validateWorkloadAnnotations(props.workloadAnnotations, props.containerdRuntime);
   if (props.syncWave !== undefined && !Number.isInteger(props.syncWave)) {
     throw new Error(`syncWave: must be a whole number, got ${props.syncWave}`);
   }
   validateTolerations('tolerations', props.tolerations ?? []);
+}
+
+function validateWorkloadAnnotations(annotations: { [key: string]: string } | undefined, settings: ContainerdHandlerSettings | undefined): void {
+  validateMetadata('workloadAnnotations', annotations);
+  const globs = settings?.podAnnotations ?? [];
+  for (const key of Object.keys(annotations ?? {})) {
+    if (!globs.some(glob => globMatches(glob, key))) {
+      throw new Error(`workloadAnnotations: "${key}" would not reach the runtime: containerd passes a pod's annotations only where `
+        + `containerdRuntime.podAnnotations lets them through (${globs.length > 0 ? globs.map(g => `"${g}"`).join(', ') : 'none given'}); add "${key}" there`);
+    }
+  }
 }
 
 function validatePlatform(p: ShimPlatformArtifact, index: number, allowInsecureHttp: boolean): void {

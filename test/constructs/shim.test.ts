@@ -235,6 +235,16 @@ describe('ShimConstruct', () => {
       ['a relative image path', { location: undefined, sha256: undefined, image: { ...image, path: 'x.tgz' } }, /image.path: "x.tgz" is not an absolute path inside the image/],
       ['a bad image sha256', { location: undefined, sha256: undefined, image: { ...image, sha256: 'nope' } }, /image.sha256: "nope" is not 64 lowercase hex digits/],
       ['a bad pull secret name', { location: undefined, sha256: undefined, image: { ...image, imagePullSecrets: ['Bad_Name'] } }, /image.imagePullSecrets\[0\]: "Bad_Name" is not a Secret name/],
+      ['a workload annotation key Kubernetes refuses', { workloadAnnotations: { 'Module.Wasm/variant': 'compat' } },
+        /^workloadAnnotations: key "Module.Wasm\/variant": the prefix "Module.Wasm" is not a DNS subdomain/],
+      ['a workload annotation no handler glob lets through', { workloadAnnotations: { 'module.wasm.image/variant': 'compat' } },
+        /^workloadAnnotations: "module.wasm.image\/variant" would not reach the runtime: .*containerdRuntime.podAnnotations .*\(none given\); add "module.wasm.image\/variant" there/],
+      ['a workload annotation only a container annotation glob matches', {
+        workloadAnnotations: { 'module.wasm.image/variant': 'compat' }, containerdRuntime: { containerAnnotations: ['module.wasm.image/variant'] },
+      }, /^workloadAnnotations: "module.wasm.image\/variant" would not reach the runtime/],
+      ['a workload annotation past a glob whose * stops at /', {
+        workloadAnnotations: { 'module.wasm.image/variant': 'compat' }, containerdRuntime: { podAnnotations: ['module.*', 'run.oci.handler'] },
+      }, /^workloadAnnotations: "module.wasm.image\/variant" would not reach the runtime: .*\("module.\*", "run.oci.handler"\)/],
     ])('%s', (_what, props, message) => {
       expect(() => new ShimConstruct(Testing.chart(), 'spin', { ...BASE, ...props })).toThrow(message);
     });
