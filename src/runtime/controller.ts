@@ -1,6 +1,7 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
+import { admitPatch, agentJobViews, withdrawPatch } from './agent-requests';
 import { Handlers, Informer } from './informer';
 import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
 import { isConflictOrExists, Kube, unlessNotFound } from '../shared/kube/kube';
@@ -18,6 +19,11 @@ const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
 const EVENTS_NAMESPACE = 'default';
 
 export interface ControllerSettings extends JobSettings {
+  /**
+   * How operations reach the nodes: installer Jobs, or requests in the node record that each
+   * node's agent carries out (no Jobs nor pods are created or watched then).
+   */
+  readonly installMode?: 'jobs' | 'agent';
   readonly workers: number;
   readonly resyncSeconds: number;
   readonly retry: RetryPolicy;
@@ -32,8 +38,8 @@ export class Controller {
   readonly queue = new WorkQueue(200, 60_000, () => Math.max(1000, this.nodes?.size ?? 0));
   private shims!: Informer<ShimObject>;
   private nodes!: Informer<NodeView>;
-  private jobs!: Informer<SlimJob>;
-  private pods!: Informer<SlimPod>;
+  private jobs?: Informer<SlimJob>;
+  private pods?: Informer<SlimPod>;
   private runtimeClasses!: Informer<any>;
   private readonly informers: Informer<unknown>[] = [];
   private resync?: NodeJS.Timeout;
@@ -60,8 +66,6 @@ export class Controller {
   }
 
   async start(): Promise<void> {
-    const ns = this.settings.namespace;
-    const managed = `${LABEL_MANAGED_BY}=${MANAGED_BY}`;
     const enqueueAll = () => this.shims?.list().forEach(s => this.queue.add(s.metadata.name));
     const byAnnotation = (o: any) => {
       const shim = o?.metadata?.annotations?.[ANNOTATION_SHIM];
@@ -77,6 +81,25 @@ export class Controller {
       delete: s => this.queue.add(s.metadata.name),
     });
     this.nodes = await this.inform<NodeView>('/api/v1/nodes', { json: slimNode, protobuf: nodeFromProto }, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
+    if (!this.agentMode) await this.informJobs(byAnnotation);
+    this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', { json: slimRuntimeClass }, {
+      add: rc => this.onRuntimeClass(rc), update: (_, rc) => this.onRuntimeClass(rc), delete: rc => this.onRuntimeClass(rc),
+    });
+    this.synced = true;
+    enqueueAll();
+    // Level-triggered: a periodic pass catches anything a missed event would hide.
+    this.resync = setInterval(enqueueAll, this.settings.resyncSeconds * 1000);
+    for (let i = 0; i < this.settings.workers; i++) void this.work();
+  }
+
+  private get agentMode(): boolean {
+    return this.settings.installMode === 'agent';
+  }
+
+  /** The installer Jobs and their pods (install mode Jobs). */
+  private async informJobs(byAnnotation: (o: any) => void): Promise<void> {
+    const ns = this.settings.namespace;
+    const managed = `${LABEL_MANAGED_BY}=${MANAGED_BY}`;
     // A Job's delete event ends its tombstone; so does the add of a new Job of that name (the
     // delete event may have come before the tombstone was written).
     const forget = (job: any) => this.deletedJobs.delete(job.metadata?.name);
@@ -96,14 +119,6 @@ export class Controller {
         if (before.status.startTime !== after.status.startTime || ended(before) !== ended(after)) byAnnotation(after);
       },
     }, managed);
-    this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', { json: slimRuntimeClass }, {
-      add: rc => this.onRuntimeClass(rc), update: (_, rc) => this.onRuntimeClass(rc), delete: rc => this.onRuntimeClass(rc),
-    });
-    this.synced = true;
-    enqueueAll();
-    // Level-triggered: a periodic pass catches anything a missed event would hide.
-    this.resync = setInterval(enqueueAll, this.settings.resyncSeconds * 1000);
-    for (let i = 0; i < this.settings.workers; i++) void this.work();
   }
 
   private onRuntimeClass(rc: any): void {
@@ -168,17 +183,31 @@ export class Controller {
 
   /** Every installer Job with its own pods (matched by the Job's uid, not its reusable name). */
   private jobViews(): JobView[] {
+    if (this.agentMode) return this.withCreated(this.requestViews());
     const podsByJob = new Map<string, any[]>();
-    for (const pod of this.pods.list()) {
+    for (const pod of this.pods!.list()) {
       const uid = pod.metadata?.labels?.['controller-uid'] ?? pod.metadata?.labels?.['batch.kubernetes.io/controller-uid'];
       if (uid) podsByJob.set(uid, [...(podsByJob.get(uid) ?? []), pod]);
     }
-    const listed = this.jobs.list();
+    const listed = this.jobs!.list();
     const views = listed
       .filter(j => !this.deletedJobs.has(j.metadata.name))
       .map(j => jobView(j, podsByJob.get(j.metadata.uid) ?? []))
       .filter((j): j is JobView => j !== undefined);
-    const cached = new Set(listed.map(j => j.metadata.name));
+    return this.withCreated(views, new Set(listed.map(j => j.metadata.name)));
+  }
+
+  /** The requests in the node records (install mode NodeAgent), as Jobs; withdrawn ones the cache still shows are left out. */
+  private requestViews(): JobView[] {
+    const all = agentJobViews(this.nodes.list());
+    const shown = new Set(all.map(v => v.name));
+    // A withdrawal is complete once the cache no longer shows the request.
+    for (const name of this.deletedJobs) if (!shown.has(name)) this.deletedJobs.delete(name);
+    return all.filter(v => !this.deletedJobs.has(v.name));
+  }
+
+  /** The views, plus what this controller created that the cache does not show yet. */
+  private withCreated(views: JobView[], cached = new Set(views.map(v => v.name))): JobView[] {
     for (const [name, created] of this.createdJobs) {
       if (cached.has(name) || Date.now() - created.at > 60_000) this.createdJobs.delete(name);
       else views.push(created.view);
@@ -276,11 +305,14 @@ export class Controller {
         return;
       }
       case 'createJob': {
-        const job = installerJob(this.settings, shim, action.job);
-        try {
-          await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, job);
-        } catch (e) {
-          if (!isConflictOrExists(e)) throw e;
+        if (this.agentMode) {
+          await this.kube.mergePatch(`/api/v1/nodes/${action.job.node}`, { metadata: { annotations: admitPatch(this.settings, shim, action.job, new Date().toISOString()) } });
+        } else {
+          try {
+            await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, installerJob(this.settings, shim, action.job));
+          } catch (e) {
+            if (!isConflictOrExists(e)) throw e;
+          }
         }
         const artifact = action.job.artifact;
         this.createdJobs.set(action.job.name, {
@@ -290,6 +322,13 @@ export class Controller {
         return;
       }
       case 'deleteJob': {
+        if (this.agentMode) {
+          const view = this.requestViews().find(v => v.name === action.name);
+          if (view && await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) {
+            this.deletedJobs.add(action.name);
+          }
+          return;
+        }
         const path = `/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${action.name}`;
         if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) this.deletedJobs.add(action.name);
         return;
@@ -297,7 +336,16 @@ export class Controller {
       case 'deleteSucceededJobs': {
         const uid = shim.metadata.uid;
         const batches = new Set(action.batches);
-        const succeeded = this.jobs.list().filter(j => j.metadata.labels?.[LABEL_SHIM_UID] === uid && batches.has(j.metadata.labels?.[LABEL_BATCH])
+        if (this.agentMode) {
+          // One small patch per node: the requests live in the node records.
+          for (const view of this.requestViews().filter(v => v.shimUid === uid && v.phase === 'succeeded' && batches.has(v.batch ?? ''))) {
+            if (await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) {
+              this.deletedJobs.add(view.name);
+            }
+          }
+          return;
+        }
+        const succeeded = this.jobs!.list().filter(j => j.metadata.labels?.[LABEL_SHIM_UID] === uid && batches.has(j.metadata.labels?.[LABEL_BATCH])
           && (j.status?.succeeded ?? 0) > 0);
         const labels = `${LABEL_SHIM_UID}=${uid},${LABEL_BATCH} in (${action.batches.join(',')})`;
         const selector = `labelSelector=${encodeURIComponent(labels)}&fieldSelector=${encodeURIComponent('status.successful=1')}`;

@@ -35,6 +35,7 @@ const FLAGS: Flag[] = [
   { name: 'metrics-bind-address', arg: 'ADDR', help: 'address of /metrics', default: ':8080' },
   { name: 'health-probe-bind-address', arg: 'ADDR', help: 'address of /healthz and /readyz', default: ':8081' },
   { name: 'log-format', arg: 'FORMAT', help: 'json or text', default: 'json' },
+  { name: 'install-mode', arg: 'MODE', help: 'how operations reach the nodes: jobs (an installer Job per node and operation) or agent (requests in the node record, carried out by each node\'s rcm-node-agent)', default: 'jobs' },
   { name: 'default-restart-mode', arg: 'MODE', help: 'how installers restart containerd when a Shim does not say: systemd, command, none', default: 'systemd' },
   { name: 'default-restart-command', arg: 'CMD', help: 'the host command for --default-restart-mode=command' },
   { name: 'installer-env', arg: 'NAME=VALUE', help: 'a variable added to every installer pod\'s environment (repeatable)', repeat: true },
@@ -77,6 +78,7 @@ function parseArgs(argv: string[]): Flags | 'help' {
     wholeNumber(values[n], n, 1);
   }
   if (!['systemd', 'command', 'none'].includes(values['default-restart-mode'])) throw new Error(`--default-restart-mode: "${values['default-restart-mode']}" is not systemd, command or none`);
+  if (!['jobs', 'agent'].includes(values['install-mode'])) throw new Error(`--install-mode: "${values['install-mode']}" is not jobs or agent`);
   if (values['default-restart-mode'] === 'command' && !values['default-restart-command']) throw new Error('--default-restart-mode=command needs --default-restart-command');
   const installerEnv = Object.entries(keyValues(parsed.repeated['installer-env'] ?? [], 'installer-env')).map(([name, value]) => ({ name, value }));
   for (const { name } of installerEnv) {
@@ -128,6 +130,7 @@ async function main(): Promise<void> {
     defaultRestartCommand: flags['default-restart-command'],
     installerEnv: parsed.installerEnv,
     imagePullSecrets: parsed.imagePullSecrets,
+    installMode: flags['install-mode'] as 'jobs' | 'agent',
     workers: Number(flags.workers),
     resyncSeconds: Number(flags['resync-seconds']),
     retry: {

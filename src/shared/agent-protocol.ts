@@ -1,0 +1,88 @@
+// The node record's agent part (install mode NodeAgent): what the controller admitted on a
+// node and what the node's agent made of it, as two annotations per Shim and node.
+//
+// - `<shim>.shim.runtime.spinkube.dev/request` (written by the controller): the operation it
+//   admitted, as JSON (AdmittedRequest). One per Shim and node at a time: the planner never
+//   runs two operations of one Shim on one node. Removing it withdraws the request.
+// - `<shim>.shim.runtime.spinkube.dev/result` (written by the agent): the request's progress
+//   and outcome (AgentResult), naming the request it is about.
+//
+// The controller reads both as it read an installer Job and its pod; the agent runs every
+// request of its node that has no outcome yet, all at once (one change set, one restart).
+import { InstallerRequest } from './installer-contract';
+import { ShimNodeLabels } from './node-labels';
+
+/** What the controller admitted: one operation of one Shim on the node, and what the installer is asked. */
+export interface AdmittedRequest {
+  /** The operation's name (what a Job of it would be called): unique per attempt. */
+  readonly name: string;
+  readonly shimUid: string;
+  readonly operation: 'install' | 'uninstall';
+  readonly handler: string;
+  readonly revision: string;
+  readonly attempt: number;
+  readonly batch: string;
+  readonly sha256?: string;
+  readonly createdAt: string;
+  readonly request: InstallerRequest;
+}
+
+/** What the agent made of a request. */
+export interface AgentResult {
+  /** The request it is about (AdmittedRequest.name). */
+  readonly name: string;
+  readonly phase: 'running' | 'succeeded' | 'failed';
+  readonly startedAt: string;
+  readonly finishedAt?: string;
+  /** The installer's outcome, reason and message, as a Job's termination message gives them. */
+  readonly result?: { readonly outcome?: string; readonly reason?: string; readonly message?: string; readonly exitCode?: number };
+}
+
+const SUFFIX = `.${ShimNodeLabels.DOMAIN}/`;
+
+export function requestKey(shimName: string): string {
+  return ShimNodeLabels.handlerKey(shimName).replace(/\/handler$/, '/request');
+}
+
+export function resultKey(shimName: string): string {
+  return ShimNodeLabels.handlerKey(shimName).replace(/\/handler$/, '/result');
+}
+
+/** The Shim whose request an annotation key is, or undefined for any other key. */
+export function shimOfRequestKey(key: string): string | undefined {
+  return key.endsWith(`${SUFFIX}request`) ? key.slice(0, -`${SUFFIX}request`.length) : undefined;
+}
+
+function parse<T>(text: string | undefined, valid: (value: any) => boolean): T | undefined {
+  if (text === undefined) return undefined;
+  try {
+    const value = JSON.parse(text);
+    return valid(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function parseRequest(text: string | undefined): AdmittedRequest | undefined {
+  return parse<AdmittedRequest>(text, v => v && typeof v.name === 'string' && typeof v.shimUid === 'string'
+    && (v.operation === 'install' || v.operation === 'uninstall') && typeof v.handler === 'string' && typeof v.attempt === 'number'
+    && v.request && typeof v.request.handler === 'string');
+}
+
+export function parseResult(text: string | undefined): AgentResult | undefined {
+  return parse<AgentResult>(text, v => v && typeof v.name === 'string' && ['running', 'succeeded', 'failed'].includes(v.phase));
+}
+
+/** Every request on a node (by its annotations), with the agent's result for it when there is one. */
+export function requestsOn(annotations: Readonly<Record<string, string>>): { shim: string; admitted: AdmittedRequest; result?: AgentResult }[] {
+  const out: { shim: string; admitted: AdmittedRequest; result?: AgentResult }[] = [];
+  for (const [key, text] of Object.entries(annotations)) {
+    const shim = shimOfRequestKey(key);
+    if (shim === undefined) continue;
+    const admitted = parseRequest(text);
+    if (!admitted) continue;
+    const result = parseResult(annotations[resultKey(shim)]);
+    out.push({ shim, admitted, ...(result?.name === admitted.name ? { result } : {}) });
+  }
+  return out;
+}
