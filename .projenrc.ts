@@ -4,6 +4,7 @@ import { cdk8s, javascript } from 'projen';
 const bundles = [
   { entry: 'src/runtime/main.ts', out: 'lib/rcm-controller.js' },
   { entry: 'src/installer/main.ts', out: 'lib/rcm-node-installer.js' },
+  { entry: 'src/agent/main.ts', out: 'lib/rcm-node-agent.js' },
 ];
 
 const project = new cdk8s.ConstructLibraryCdk8s({
@@ -55,7 +56,7 @@ const project = new cdk8s.ConstructLibraryCdk8s({
   // type-checked by their own tsconfig and bundled by esbuild (post-compile). src/shared/
   // holds what the programs use; its logging, flag parsing and API client are theirs alone, while
   // the label scheme and the shape checks are the constructs' too (and so compiled by jsii).
-  excludeTypescript: ['src/runtime/**', 'src/installer/**', 'src/shared/log.ts', 'src/shared/flags.ts', 'src/shared/kube/**'],
+  excludeTypescript: ['src/runtime/**', 'src/installer/**', 'src/agent/**', 'src/shared/log.ts', 'src/shared/flags.ts', 'src/shared/kube/**'],
 
   devDeps: [
     'cdk8s-cli@^2.200.0',
@@ -124,7 +125,7 @@ project.postCompileTask.spawn(bundle);
 
 // The programs' libraries are bundled into lib/*.js by esbuild: devDependencies on purpose.
 project.eslint?.addOverride({
-  files: ['src/installer/**', 'src/runtime/**', 'src/shared/log.ts', 'src/shared/flags.ts', 'src/shared/kube/**'],
+  files: ['src/agent/**', 'src/installer/**', 'src/runtime/**', 'src/shared/log.ts', 'src/shared/flags.ts', 'src/shared/kube/**'],
   rules: { 'import/no-extraneous-dependencies': 'off' },
 });
 

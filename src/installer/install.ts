@@ -209,11 +209,18 @@ export class Installer {
   /** When this run's change was written (it waits for the others' changes at most setWaitSeconds from then). */
   private joinedAt?: number;
 
-  constructor(private readonly o: InstallerOptions, private readonly log: Logger) {
+  /**
+   * @param embedded run inside a long-lived process (the node agent), which handles SIGTERM
+   * itself: the run neither listens for it nor exits the process
+   */
+  constructor(private readonly o: InstallerOptions, private readonly log: Logger, private readonly embedded = false) {
     this.id = `${o.handler}-${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
   }
 
   async run(): Promise<InstallResult> {
+    if (this.embedded) return this.runUnchecked().catch(e => {
+      throw e instanceof HostPathError ? new InstallerError(ExitCode.CONFIG_FAILED, 'HostPathUnresolvable', e.message) : e;
+    });
     // SIGTERM (the pod deleted): before the host was touched, stop at once (the kernel drops
     // the lock); after, finish the change, which is bounded by the health timeout; a SIGKILL
     // that follows is what the journal is for.

@@ -1,0 +1,64 @@
+import { NodeAgent } from './node-agent';
+import { FlagError, FlagSpec, parseFlags, wholeNumber } from '../shared/flags';
+import { Kube } from '../shared/kube/kube';
+import { inClusterAccess, kubeconfigAccess } from '../shared/kube/kube-config';
+import { Logger } from '../shared/log';
+
+const ARCH: Record<string, string> = { x64: 'amd64', arm64: 'arm64', arm: 'arm', ppc64: 'ppc64le', s390x: 's390x', riscv64: 'riscv64' };
+
+const FLAGS: FlagSpec[] = [
+  { name: 'node-name', arg: 'NAME', help: 'the node this agent serves (default: $NODE_NAME, from the pod\'s spec.nodeName)' },
+  { name: 'kubeconfig', arg: 'FILE', help: 'kubeconfig file (default: in-cluster config)' },
+  { name: 'drift-check-seconds', arg: 'N', help: 'how often installed handlers are checked for drift; 0: never (default 60)' },
+  { name: 'platform', arg: 'OS/ARCH', help: "the node's platform (default: this machine's)" },
+  { name: 'log-format', arg: 'FORMAT', help: 'json or text (default json)' },
+  { name: 'help', help: 'show this help' },
+];
+
+function helpText(): string {
+  return ['Usage: rcm-node-agent [flags] [-- installer flags]', '',
+    'Carries out the operations the controller admitted on this node (install mode NodeAgent),',
+    'all at once with one containerd restart, reports each into the node record, and repairs drift.',
+    'Installer flags after -- apply to every run (e.g. --host-root, --install-root, --restart).', '',
+    'Flags:',
+    ...FLAGS.map(f => `  --${f.name}${f.arg ? ` ${f.arg}` : ''}`.padEnd(34) + f.help)].join('\n');
+}
+
+async function main(): Promise<number> {
+  const argv = process.argv.slice(2);
+  const split = argv.indexOf('--');
+  const own = split >= 0 ? argv.slice(0, split) : argv;
+  const installerArgs = split >= 0 ? argv.slice(split + 1) : [];
+  let log = new Logger(true);
+  const parsed = parseFlags(FLAGS, own, {});
+  if (parsed === 'help') {
+    process.stdout.write(helpText() + '\n');
+    return 0;
+  }
+  if (parsed.positional.length > 0) throw new FlagError(`unknown argument ${parsed.positional[0]} (see --help)`);
+  log = new Logger((parsed.single['log-format'] ?? 'json') === 'json');
+  const nodeName = parsed.single['node-name'] ?? process.env.NODE_NAME;
+  if (!nodeName) throw new FlagError('--node-name (or NODE_NAME) is required');
+  // The installer image points Node.js at its compile cache; host commands must not inherit that.
+  delete process.env.NODE_COMPILE_CACHE;
+  delete process.env.NODE_COMPILE_CACHE_PORTABLE;
+  const kube = new Kube(parsed.single.kubeconfig ? kubeconfigAccess(parsed.single.kubeconfig) : inClusterAccess());
+  const agent = new NodeAgent(kube, {
+    nodeName,
+    installerArgs: ['--host-root=/host', '--json-logs', ...installerArgs],
+    platform: parsed.single.platform ?? `${process.platform}/${ARCH[process.arch] ?? process.arch}`,
+    driftCheckSeconds: wholeNumber(parsed.single['drift-check-seconds'], 'drift-check-seconds', 60, 0),
+  }, log);
+  process.once('SIGTERM', () => {
+    log.info('SIGTERM: finishing the changes under way, then stopping');
+    void agent.stop().then(() => process.exit(0));
+  });
+  log.info('node agent starting', { node: nodeName });
+  await agent.start();
+  return 0;
+}
+
+main().then(code => process.exit(code), e => {
+  process.stderr.write(`${(e as Error).message}\n`);
+  process.exit(2);
+});

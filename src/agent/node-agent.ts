@@ -1,0 +1,196 @@
+// The node agent (install mode NodeAgent): the installer as a long-running process on its
+// node. It watches its own Node object, runs every request the controller admitted there
+// that has no outcome yet (all at once: they form one change set, one containerd restart),
+// writes each outcome back into the node record, and keeps the node true to what it
+// installed (drift: a handler the config no longer registers, a binary missing or altered).
+import { ExitCode, InstallerError } from '../installer/errors';
+import { InstallResult, Installer } from '../installer/install';
+import { InstallerOptions, parseOptions } from '../installer/options';
+import { AdmittedRequest, AgentResult, requestsOn, resultKey } from '../shared/agent-protocol';
+import { toEnv } from '../shared/installer-contract';
+import { isNotFound, Kube } from '../shared/kube/kube';
+import { Logger } from '../shared/log';
+import { ShimNodeLabels } from '../shared/node-labels';
+
+export interface AgentSettings {
+  readonly nodeName: string;
+  /** Installer flags of every run (host root, install root, config, socket...): they win over a request's. */
+  readonly installerArgs: readonly string[];
+  /** The node's platform (OS/ARCH), for per-platform artifacts. */
+  readonly platform: string;
+  /** How often the installed handlers are checked for drift; 0: never. */
+  readonly driftCheckSeconds: number;
+}
+
+/** A node as the agent reads it. */
+interface NodeState {
+  readonly labels: Record<string, string>;
+  readonly annotations: Record<string, string>;
+}
+
+const HANDLER_LABEL = `.${ShimNodeLabels.DOMAIN}/handler`;
+
+export class NodeAgent {
+  /** Requests being carried out, by name. */
+  private readonly running = new Map<string, Promise<void>>();
+  private node?: NodeState;
+  private watch?: { done: Promise<void>; abort: () => void };
+  private stopped = false;
+  private driftTimer?: NodeJS.Timeout;
+  private checking?: Promise<void>;
+
+  constructor(private readonly kube: Kube, private readonly settings: AgentSettings, private readonly log: Logger) {}
+
+  private get nodePath(): string {
+    return `/api/v1/nodes/${encodeURIComponent(this.settings.nodeName)}`;
+  }
+
+  /** Watches the node until stop(); restarts the watch when it ends or fails. */
+  async start(): Promise<void> {
+    if (this.settings.driftCheckSeconds > 0) {
+      this.driftTimer = setInterval(() => void this.checkDrift(), this.settings.driftCheckSeconds * 1000);
+    }
+    void this.checkDrift();
+    while (!this.stopped) {
+      try {
+        const node = await this.kube.get(this.nodePath);
+        this.onNode(node);
+        const selector = encodeURIComponent(`metadata.name=${this.settings.nodeName}`);
+        this.watch = this.kube.watch(`/api/v1/nodes?watch=1&allowWatchBookmarks=true&fieldSelector=${selector}&resourceVersion=${node.metadata.resourceVersion}`,
+          event => {
+            if (event.type === 'ADDED' || event.type === 'MODIFIED') this.onNode(event.object);
+          });
+        await this.watch.done;
+      } catch (e) {
+        if (this.stopped) break;
+        this.log.warn('watching the node failed; again in 2 s', { node: this.settings.nodeName, error: (e as Error).message });
+        await new Promise(res => setTimeout(res, 2000));
+      }
+    }
+  }
+
+  /** Stops taking requests and waits (at most `graceMs`) for those under way: a change in progress is finished. */
+  async stop(graceMs = 60_000): Promise<void> {
+    this.stopped = true;
+    this.watch?.abort();
+    if (this.driftTimer) clearInterval(this.driftTimer);
+    await Promise.race([Promise.allSettled([...this.running.values(), this.checking]), new Promise(res => setTimeout(res, graceMs))]);
+  }
+
+  /** Requests of this node still being carried out (for tests and the health probe). */
+  get busy(): number {
+    return this.running.size;
+  }
+
+  private onNode(node: any): void {
+    this.node = { labels: node.metadata?.labels ?? {}, annotations: node.metadata?.annotations ?? {} };
+    if (this.stopped) return;
+    for (const { shim, admitted, result } of requestsOn(this.node.annotations)) {
+      // Done, or under way here. A result `running` that nobody here runs was left by an agent
+      // that ended: the run is made again (an install is idempotent; the journal finishes or
+      // undoes what it left).
+      if ((result && result.phase !== 'running') || this.running.has(admitted.name)) continue;
+      const run = this.carryOut(shim, admitted).finally(() => this.running.delete(admitted.name));
+      this.running.set(admitted.name, run);
+    }
+  }
+
+  private async carryOut(shim: string, admitted: AdmittedRequest): Promise<void> {
+    const startedAt = new Date().toISOString();
+    const report = (r: Omit<AgentResult, 'name' | 'startedAt'>) => this.report(shim, { name: admitted.name, startedAt, ...r });
+    this.log.info(`${admitted.operation} of ${admitted.handler} admitted`, { shim, request: admitted.name, attempt: admitted.attempt });
+    try {
+      await report({ phase: 'running' });
+      const result = await this.runInstaller(admitted);
+      await report({
+        phase: 'succeeded',
+        finishedAt: new Date().toISOString(),
+        result: { outcome: result.outcome, message: result.message, exitCode: ExitCode.SUCCESS },
+      });
+      this.log.info(result.message, { shim, request: admitted.name, outcome: result.outcome, timings: result.timings });
+    } catch (e) {
+      const err = e instanceof InstallerError ? e : new InstallerError(ExitCode.UNEXPECTED, 'InternalError', (e as Error).stack ?? String(e));
+      this.log.error(err.message, { shim, request: admitted.name, reason: err.reason, exitCode: err.exitCode });
+      await report({
+        phase: 'failed',
+        finishedAt: new Date().toISOString(),
+        result: { outcome: 'failed', reason: err.reason, message: err.message.split('\n')[0].slice(0, 1000), exitCode: err.exitCode },
+      }).catch(r => this.log.error('could not report a failure', { request: admitted.name, error: (r as Error).message }));
+    }
+  }
+
+  /** The installer, in this process, with the request's flags and the agent's own (which win). */
+  private runInstaller(admitted: AdmittedRequest): Promise<InstallResult> {
+    const request = admitted.request;
+    if (request.artifactFile !== undefined) {
+      // An artifact in an image is copied out by a Job's init container; the agent pulls no images.
+      throw new InstallerError(ExitCode.BAD_INPUT, 'ImageArtifactNeedsJobs',
+        `the artifact of ${admitted.handler} is in an image (${request.artifactOrigin}); install mode NodeAgent fetches artifacts over HTTP(S) only: use install mode Jobs for it`);
+    }
+    const env = Object.fromEntries(toEnv(request).map(e => [e.name, e.value]));
+    const options = parseOptions([request.command, ...this.settings.installerArgs], { ...process.env, ...env }, this.settings.platform);
+    if (options === 'help') throw new InstallerError(ExitCode.BAD_INPUT, 'InvalidInput', 'the request asks for help');
+    return new Installer(options as InstallerOptions, this.log, true).run();
+  }
+
+  private async report(shim: string, result: AgentResult): Promise<void> {
+    await this.kube.mergePatch(this.nodePath, { metadata: { annotations: { [resultKey(shim)]: JSON.stringify(result) } } });
+  }
+
+  /**
+   * Drift: a handler a Shim's gate label says is installed here, whose binary, payload or
+   * config entry is no longer what was installed. The gate goes first (the RuntimeClass stops
+   * selecting the node), with the handler's entry in the Shim's record: the controller then
+   * admits the install again, within its rollout, and the agent repairs the node.
+   */
+  checkDrift(): Promise<void> {
+    this.checking ??= this.findDrift().finally(() => {
+      this.checking = undefined;
+    });
+    return this.checking;
+  }
+
+  private async findDrift(): Promise<void> {
+    const node = this.node;
+    if (!node || this.stopped) return;
+    const gates = Object.entries(node.labels).filter(([k]) => k.endsWith(HANDLER_LABEL));
+    for (const [key, handler] of gates) {
+      // A request of this handler without its outcome yet: the node is changing on purpose.
+      if (requestsOn(node.annotations).some(r => r.admitted.handler === handler && (!r.result || r.result.phase === 'running'))) continue;
+      let problem: string | undefined;
+      try {
+        const options = parseOptions(['status', `--handler=${handler}`, ...this.settings.installerArgs], process.env, this.settings.platform);
+        const status = await new Installer(options as InstallerOptions, this.log, true).run();
+        if (status.installed) continue;
+        problem = status.message;
+      } catch (e) {
+        problem = (e as Error).message;
+      }
+      const shim = key.slice(0, -HANDLER_LABEL.length);
+      this.log.warn(`drift: ${problem}; the gate goes and the controller installs ${handler} again`, { shim, handler });
+      await this.dropGate(shim, handler).catch(e => this.log.error('could not take the gate away', { shim, handler, error: (e as Error).message }));
+    }
+  }
+
+  /** Removes a Shim's gate label on this node and the handler's entry from its record, in one patch. */
+  private async dropGate(shim: string, handler: string): Promise<void> {
+    const installedKey = ShimNodeLabels.installedKey(shim);
+    let entries: any[] = [];
+    try {
+      entries = JSON.parse(this.node?.annotations[installedKey] ?? '[]');
+    } catch {
+      entries = [];
+    }
+    const kept = Array.isArray(entries) ? entries.filter(e => e?.handler !== handler) : [];
+    try {
+      await this.kube.mergePatch(this.nodePath, {
+        metadata: {
+          labels: { [ShimNodeLabels.handlerKey(shim)]: null, [ShimNodeLabels.stateKey(shim)]: null },
+          annotations: { [installedKey]: kept.length > 0 ? JSON.stringify(kept) : null },
+        },
+      });
+    } catch (e) {
+      if (!isNotFound(e)) throw e;
+    }
+  }
+}
