@@ -1,6 +1,7 @@
 export * from './shared/node-labels';
 export * from './constructs/argo-cd';
 export * from './constructs/rollout';
+export * from './constructs/install-mode';
 export * from './constructs/runtime-payload';
 export * from './constructs/toleration';
 export * from './constructs/shim';

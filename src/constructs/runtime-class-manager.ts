@@ -2,6 +2,7 @@ import * as fs from 'fs';
 import { ApiObject, Chart, Duration, Lazy } from 'cdk8s';
 import { Construct } from 'constructs';
 import { ArgoCd, SyncWaves } from './argo-cd';
+import { InstallMode } from './install-mode';
 import { clusterScoped, findUp, validateMetadata, validateTolerations } from './metadata';
 import { ContainerdRestart } from './rollout';
 import { ShimConstruct, ShimConstructProps } from './shim';
@@ -217,6 +218,12 @@ export interface RuntimeClassManagerProps {
    */
   readonly installerEnv?: { [name: string]: string };
   /**
+   * How operations reach the nodes: an installer Job per node and operation, or a node agent
+   * (DaemonSet) that applies every Shim's changes on its node at once and repairs drift.
+   * @default InstallMode.jobs()
+   */
+  readonly installMode?: InstallMode;
+  /**
    * Labels of the controller's node: the controller runs only on nodes that carry them.
    * @default { 'kubernetes.io/os': 'linux' }
    */
@@ -308,6 +315,8 @@ export class RuntimeClassManager extends Construct {
   public readonly deployment: ApiObject;
   /** The Service in front of the controller's metrics port. */
   public readonly metricsService: ApiObject;
+  /** The node agent's DaemonSet (install mode NodeAgent). */
+  public readonly nodeAgent?: ApiObject;
   /** The controller image. */
   public readonly controllerImage: string;
   /** The node installer image. */
@@ -368,6 +377,20 @@ export class RuntimeClassManager extends Construct {
       memoryLimit: props.resources?.memoryLimit ?? '256Mi',
     };
     validateResources(resources);
+    const installMode = props.installMode ?? InstallMode.jobs();
+    const agent = installMode.agent;
+    const agentResources = {
+      cpuRequest: agent.cpuRequest ?? '10m',
+      cpuLimit: agent.cpuLimit ?? '500m',
+      memoryRequest: agent.memoryRequest ?? '96Mi',
+      memoryLimit: agent.memoryLimit ?? '512Mi',
+    };
+    const driftSeconds = (agent.driftCheck ?? Duration.minutes(1)).toSeconds({ integral: false });
+    if (installMode.mode === 'agent') {
+      validateResources(agentResources, 'installMode.nodeAgent');
+      validateTolerations('installMode.nodeAgent.tolerations', agent.tolerations ?? []);
+      if (!Number.isInteger(driftSeconds) || driftSeconds < 0) throw new Error(`installMode.nodeAgent.driftCheck: must be a whole number of seconds, got ${driftSeconds}`);
+    }
     validateMetadata('labels', props.labels);
     validateMetadata('annotations', props.annotations);
     validateMetadata('labels', props.nodeSelector);
@@ -507,6 +530,7 @@ export class RuntimeClassManager extends Construct {
       `--kube-api-qps=${kubeApiQps}`,
       `--kube-api-burst=${kubeApiBurst}`,
       ...installerEnv.map(([name, value]) => `--installer-env=${name}=${value}`),
+      ...(installMode.mode === 'agent' ? ['--install-mode=agent'] : []),
     ];
     const args = () => [...staticArgs, ...[...this.pullSecrets].sort().map(name => `--installer-image-pull-secret=${name}`)];
     const podLabels = { ...this.labels, ...CONTROLLER_LABELS };
@@ -637,6 +661,10 @@ export class RuntimeClassManager extends Construct {
       });
     }
 
+    if (installMode.mode === 'agent') {
+      this.nodeAgent = this.addNodeAgent(object, pullPolicy, agentResources, driftSeconds, agent.tolerations ?? [], wave(this.syncWaves.controller));
+    }
+
     this.node.addValidation({ validate: () => this.validateSingleManager() });
   }
 
@@ -648,6 +676,83 @@ export class RuntimeClassManager extends Construct {
   public addImagePullSecret(secretName: string): void {
     if (!isDnsSubdomain(secretName)) throw new Error(`imagePullSecrets: "${secretName}" is not a DNS subdomain`);
     if (!this.pullSecrets.includes(secretName)) this.pullSecrets.push(secretName);
+  }
+
+  /**
+   * The node agent (install mode NodeAgent): a ServiceAccount that may read and patch Node
+   * objects, and a DaemonSet of the installer image running rcm-node-agent on every Linux
+   * node whose taints it tolerates, in the installers' (privileged) namespace.
+   */
+  private addNodeAgent(object: (id: string, namespaced: boolean, body: any) => ApiObject, pullPolicy: string,
+    resources: Required<ControllerResources>, driftSeconds: number, tolerations: ShimToleration[], annotations: { [key: string]: string }): ApiObject {
+    const name = 'rcm-node-agent';
+    const selector = { ...COMMON_LABELS, 'app.kubernetes.io/component': 'node-agent' };
+    const metadata = (namespaced: boolean) => ({
+      name,
+      ...(namespaced ? { namespace: this.installerNamespace } : {}),
+      labels: { ...this.labels, ...selector },
+      annotations,
+    });
+    object('NodeAgentServiceAccount', true, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: metadata(true) });
+    // RBAC cannot narrow this to the agent's own node (see the operator docs for the admission
+    // policy that can on Kubernetes 1.30+): it reads its node's requests and writes its results.
+    object('NodeAgentClusterRole', false, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: metadata(false),
+      rules: [{ apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] }],
+    });
+    object('NodeAgentClusterRoleBinding', false, {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: metadata(false),
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name },
+      subjects: [{ kind: 'ServiceAccount', name, namespace: this.installerNamespace }],
+    });
+    return object('NodeAgent', true, {
+      apiVersion: 'apps/v1',
+      kind: 'DaemonSet',
+      metadata: metadata(true),
+      spec: {
+        selector: { matchLabels: selector },
+        // An agent that restarts changes nothing on its node: a rolling update only replaces the process.
+        updateStrategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: '10%' } },
+        template: {
+          metadata: { labels: { ...this.labels, ...selector } },
+          spec: {
+            serviceAccountName: name,
+            imagePullSecrets: Lazy.any({ produce: () => this.renderPullSecrets() }),
+            nodeSelector: { ...LINUX },
+            tolerations: tolerations.length > 0 ? tolerations.map(t => ({ ...t })) : undefined,
+            // Shims are part of the node: the agent is scheduled and kept like its other daemons.
+            priorityClassName: 'system-node-critical',
+            // The host's processes (nsenter into its init for systemctl), its network (downloads
+            // use the node's proxy and DNS), and its / at /host, as an installer Job has them.
+            hostPID: true,
+            hostNetwork: true,
+            dnsPolicy: 'ClusterFirstWithHostNet',
+            enableServiceLinks: false,
+            // A change in progress is finished before the agent stops (bounded by the health timeout).
+            terminationGracePeriodSeconds: 90,
+            containers: [{
+              name: 'agent',
+              image: this.installerImage,
+              imagePullPolicy: pullPolicy,
+              command: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-agent.js'],
+              args: [`--drift-check-seconds=${driftSeconds}`, '--log-format=json'],
+              env: [{ name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } }],
+              securityContext: { privileged: true },
+              resources: {
+                requests: { cpu: resources.cpuRequest, memory: resources.memoryRequest },
+                limits: { cpu: resources.cpuLimit, memory: resources.memoryLimit },
+              },
+              volumeMounts: [{ name: 'host', mountPath: '/host' }],
+            }],
+            volumes: [{ name: 'host', hostPath: { path: '/', type: 'Directory' } }],
+          },
+        },
+      },
+    });
   }
 
   private renderPullSecrets(): { name: string }[] | undefined {
@@ -738,16 +843,16 @@ function quantityValue(quantity: string): number {
   return Number(m[1]) * (m[2] ? 10 ** Number(m[2]) : 1) * (SUFFIXES[m[3]] ?? NaN);
 }
 
-function validateResources(r: Required<ControllerResources>): void {
-  for (const [field, quantity] of Object.entries(r)) {
-    if (!isQuantity(quantity)) throw new Error(`resources.${field}: "${quantity}" is not a Kubernetes quantity`);
-    if (quantityValue(quantity) <= 0) throw new Error(`resources.${field}: must be above zero, got "${quantity}"`);
+function validateResources(r: Required<ControllerResources>, field = 'resources'): void {
+  for (const [name, quantity] of Object.entries(r)) {
+    if (!isQuantity(quantity)) throw new Error(`${field}.${name}: "${quantity}" is not a Kubernetes quantity`);
+    if (quantityValue(quantity) <= 0) throw new Error(`${field}.${name}: must be above zero, got "${quantity}"`);
   }
   for (const kind of ['cpu', 'memory'] as const) {
     const request = r[`${kind}Request`];
     const limit = r[`${kind}Limit`];
     if (quantityValue(request) > quantityValue(limit)) {
-      throw new Error(`resources.${kind}Request: "${request}" is above resources.${kind}Limit "${limit}"`);
+      throw new Error(`${field}.${kind}Request: "${request}" is above ${field}.${kind}Limit "${limit}"`);
     }
   }
 }

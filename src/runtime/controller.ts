@@ -4,7 +4,6 @@
 import { admitPatch, agentJobViews, withdrawPatch } from './agent-requests';
 import { Handlers, Informer } from './informer';
 import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
-import { isConflictOrExists, Kube, unlessNotFound } from '../shared/kube/kube';
 import { Metrics } from './metrics';
 import { FINALIZER, plan } from './planner';
 import { WorkQueue } from './queue';
@@ -12,6 +11,7 @@ import { canonical } from './runtime-class';
 import { nodeChangeAffects, SlimJob, slimJob, slimNode, SlimPod, slimPod, slimRuntimeClass, slimShim } from './slim';
 import { jobFromProto, nodeFromProto, podFromProto } from './slim-proto';
 import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
+import { isConflictOrExists, Kube, unlessNotFound } from '../shared/kube/kube';
 import { Logger } from '../shared/log';
 
 export const FIELD_MANAGER = 'rcm-controller';

@@ -51,6 +51,7 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
   const root = path.join(__dirname, '..', '..');
   bundle(path.join(root, 'src', 'runtime', 'main.ts'), path.join(dir, 'rcm-controller.js'));
   bundle(path.join(root, 'src', 'installer', 'main.ts'), path.join(dir, 'rcm-node-installer.js'));
+  bundle(path.join(root, 'src', 'agent', 'main.ts'), path.join(dir, 'rcm-node-agent.js'));
   const node = withLibraries(NODE_24, '/usr/local/bin/node');
   const controller = path.join(dir, 'rcm-controller.tar');
   const installer = path.join(dir, 'rcm-node-installer.tar');
@@ -69,6 +70,8 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
     files: [...node, ...withLibraries('/usr/bin/nsenter', '/usr/bin/nsenter'), ...withLibraries('/usr/bin/flock', '/usr/bin/flock'),
       { source: '/bin/busybox', target: '/usr/local/lib/rcm/busybox', mode: 0o755 },
       { source: path.join(dir, 'rcm-node-installer.js'), target: '/usr/local/lib/rcm/rcm-node-installer.js', mode: 0o644 },
+      // The node agent (install mode NodeAgent): the same image, started with this file.
+      { source: path.join(dir, 'rcm-node-agent.js'), target: '/usr/local/lib/rcm/rcm-node-agent.js', mode: 0o644 },
       ...installerCompileCache(path.join(dir, 'rcm-node-installer.js'), dir)],
     directories: ['/tmp'],
     env: ['PATH=/bin:/usr/bin', 'NODE_COMPILE_CACHE=/usr/local/lib/rcm/compile-cache', 'NODE_COMPILE_CACHE_PORTABLE=1'],
