@@ -684,7 +684,8 @@ export class RuntimeClassManager extends Construct {
    * node whose taints it tolerates, in the installers' (privileged) namespace.
    */
   private addNodeAgent(object: (id: string, namespaced: boolean, body: any) => ApiObject, pullPolicy: string,
-    resources: Required<ControllerResources>, driftSeconds: number, tolerations: ShimToleration[], annotations: { [key: string]: string }): ApiObject {
+    resources: Required<ControllerResources>, driftSeconds: number, tolerations: ShimToleration[],
+    annotations: { [key: string]: string }): ApiObject {
     const name = 'rcm-node-agent';
     const selector = { ...COMMON_LABELS, 'app.kubernetes.io/component': 'node-agent' };
     const metadata = (namespaced: boolean) => ({
