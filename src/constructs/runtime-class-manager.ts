@@ -210,8 +210,8 @@ export interface RuntimeClassManagerProps {
    */
   readonly resyncPeriod?: Duration;
   /**
-   * Extra environment variables of every installer pod, for nodes that differ from the
-   * defaults: a proxy (`HTTPS_PROXY`, `NO_PROXY`), or the node installer's own settings such
+   * Extra environment variables of every installer pod (and of the node agent, which runs the
+   * installer, in install mode NodeAgent), for nodes that differ from the defaults: a proxy (`HTTPS_PROXY`, `NO_PROXY`), or the node installer's own settings such
    * as `RCM_CONFIG`, `RCM_SOCKET`, `RCM_INSTALL_ROOT`, `RCM_DISTRO`. Variables the controller
    * derives from each Shim (`RCM_HANDLER`, `RCM_LOCATION`, `RCM_RESTART`, ...) are refused.
    * @default - none
@@ -662,7 +662,8 @@ export class RuntimeClassManager extends Construct {
     }
 
     if (installMode.mode === 'agent') {
-      this.nodeAgent = this.addNodeAgent(object, pullPolicy, agentResources, driftSeconds, agent.tolerations ?? [], wave(this.syncWaves.controller));
+      this.nodeAgent = this.addNodeAgent(object, pullPolicy, agentResources, driftSeconds, agent.tolerations ?? [], wave(this.syncWaves.controller),
+        installerEnv.map(([name, value]) => ({ name, value })));
     }
 
     this.node.addValidation({ validate: () => this.validateSingleManager() });
@@ -685,7 +686,7 @@ export class RuntimeClassManager extends Construct {
    */
   private addNodeAgent(object: (id: string, namespaced: boolean, body: any) => ApiObject, pullPolicy: string,
     resources: Required<ControllerResources>, driftSeconds: number, tolerations: ShimToleration[],
-    annotations: { [key: string]: string }): ApiObject {
+    annotations: { [key: string]: string }, installerEnv: { name: string; value: string }[]): ApiObject {
     const name = 'rcm-node-agent';
     const selector = { ...COMMON_LABELS, 'app.kubernetes.io/component': 'node-agent' };
     const metadata = (namespaced: boolean) => ({
@@ -741,7 +742,8 @@ export class RuntimeClassManager extends Construct {
               imagePullPolicy: pullPolicy,
               command: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-agent.js'],
               args: [`--drift-check-seconds=${driftSeconds}`, '--log-format=json'],
-              env: [{ name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } }],
+              // installerEnv: the agent runs the installer, so its variables are the agent's.
+              env: [{ name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } }, ...installerEnv],
               securityContext: { privileged: true },
               resources: {
                 requests: { cpu: resources.cpuRequest, memory: resources.memoryRequest },

@@ -54,8 +54,9 @@ describe('installMode', () => {
     expect(manager.nodeAgent).toBeDefined();
   });
 
-  test('NodeAgent options: drift check period, tolerations, resources', () => {
+  test('NodeAgent options: drift check period, tolerations, resources; installerEnv reaches the agent (it runs the installer)', () => {
     const { find } = synth({
+      installerEnv: { HTTPS_PROXY: 'http://proxy:3128' },
       installMode: InstallMode.nodeAgent({
         driftCheck: Duration.seconds(20), tolerations: [{ operator: TolerationOperator.EXISTS }], cpuLimit: '1', memoryLimit: '1Gi',
       }),
@@ -64,6 +65,7 @@ describe('installMode', () => {
     expect(pod.containers[0].args).toContain('--drift-check-seconds=20');
     expect(pod.tolerations).toEqual([{ operator: 'Exists' }]);
     expect(pod.containers[0].resources.limits).toEqual({ cpu: '1', memory: '1Gi' });
+    expect(pod.containers[0].env).toContainEqual({ name: 'HTTPS_PROXY', value: 'http://proxy:3128' });
   });
 
   test.each<[string, Parameters<typeof InstallMode.nodeAgent>[0], RegExp]>([
