@@ -6,7 +6,7 @@ import * as net from 'net';
 import * as path from 'path';
 import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
 import * as tar from 'tar';
-import { ContainerdRestart, PullPolicy, RuntimeClassManager, ShimConstructProps, ShimNodeLabels } from '../../src';
+import { ContainerdRestart, PullPolicy, RuntimeClassManager, ShimConstruct, ShimConstructProps, ShimNodeLabels } from '../../src';
 import { freePort } from '../support/control-plane';
 import { tail } from '../support/files';
 import { bindStrayControllersToV1 } from '../support/host-cgroups';
@@ -15,6 +15,7 @@ import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../suppor
 import { eventually, Rest } from '../support/rest';
 import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from '../support/single-node-cluster';
 import { CACHE_DIR } from '../support/tools';
+import { buildWasmImage, buildWasmPayload, WASM_VARIANT_ANNOTATION, WasmImage, WasmPayload } from '../support/wasm';
 
 // The whole loop on a real single-node cluster: cdk8s synth -> kubectl apply -> the
 // controller pod runs installer Jobs -> the installer edits containerd's config and restarts
@@ -72,13 +73,16 @@ interface ShimVersion {
 /** A Shim of the app: its artifact and any other props (the handler defaults to its name). */
 type AppShim = Partial<ShimConstructProps>;
 
+/** Workloads of the app, run under its Shims as a user runs them (`shim.runWorkload()`). */
+type AppWorkloads = (chart: Chart, shims: Record<string, ShimConstruct>) => void;
+
 /**
  * The app a user writes (RuntimeClassManager and a Shim), plus test-only overrides through
  * escape hatches: the controller pod uses the host network and reaches the API server on
  * 127.0.0.1 (there is no kube-proxy here), binds its ports to 127.0.0.1 and has no probes
  * (the kubelet would dial the node's non-loopback address).
  */
-function synthApp(shims: Record<string, AppShim>, ports: { api: number; metrics: number; probes: number }): string {
+function synthApp(shims: Record<string, AppShim>, ports: { api: number; metrics: number; probes: number }, workloads?: AppWorkloads): string {
   const app = new App();
   const chart = new Chart(app, 'e2e');
   const manager = new RuntimeClassManager(chart, 'Manager', {
@@ -102,9 +106,11 @@ function synthApp(shims: Record<string, AppShim>, ports: { api: number; metrics:
       RCM_HOST_PID: String(cluster.containerd.supervisorPid),
     },
   });
+  const added: Record<string, ShimConstruct> = {};
   for (const [name, props] of Object.entries(shims)) {
-    manager.addShim(name, { handler: name, allowInsecureHttp: true, ...props });
+    added[name] = manager.addShim(name, { handler: name, allowInsecureHttp: true, ...props });
   }
+  workloads?.(chart, added);
   const container = '/spec/template/spec/containers/0';
   ApiObject.of(manager.deployment).addJsonPatch(
     JsonPatch.add('/spec/template/spec/hostNetwork', true),
@@ -129,9 +135,9 @@ function bindToLoopback(deployment: ApiObject, flags: string[]): JsonPatch[] {
 
 let ports: { api: number; metrics: number; probes: number };
 /** `cdk8s synth` then `kubectl apply --server-side`, as a user without Argo CD would do it. */
-function apply(shims: Record<string, AppShim>): void {
+function apply(shims: Record<string, AppShim>, workloads?: AppWorkloads): void {
   const file = path.join(work, `app-${Date.now()}.yaml`);
-  fs.writeFileSync(file, synthApp(shims, ports));
+  fs.writeFileSync(file, synthApp(shims, ports, workloads));
   const kubectl = cluster.controlPlane.kubectl;
   try {
     kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
@@ -553,6 +559,247 @@ step('the gVisor payload delivered as an image pinned by digest runs a pod insid
   expect(done.status.phase).toBe('Succeeded');
   expect(done.status.containerStatuses[0].state.terminated.message).toMatch(/Starting gVisor/);
   await deletePod('under-gvisor-image');
+});
+
+// WebAssembly for real: Debian trixie's crun, built with WasmEdge, as a payload for this
+// bookworm node (crun.real, its library closure with trixie's own loader and libc, soname links
+// kept, and a wrapper running crun through that loader), driven by runc's shim through
+// BinaryName; hand-written WASI modules in images holding nothing but the .wasm file.
+
+const WASM_SHIM = 'e2e-wasm';
+const WASM_IMAGE_SHIM = 'e2e-wasm-image';
+const HELLO_LINE = 'hello from a WASI module (rcm-wasm-e2e)';
+const SLEEP_LINES = ['sleep.wasm: going to sleep 15s', 'sleep.wasm: woke up after 15s'];
+const VARIANT = { [WASM_VARIANT_ANNOTATION]: 'compat' };
+/** A Wasm Shim through the constructs: the payload's shim and crun, the annotations crun reads let through, and the one its workloads need. */
+const WASM_RUNTIME: AppShim = {
+  payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
+  runtimeOptions: { BinaryName: '${PAYLOAD}/bin/crun' },
+  containerdRuntime: {
+    podAnnotations: [WASM_VARIANT_ANNOTATION, 'run.oci.handler'],
+    containerAnnotations: [WASM_VARIANT_ANNOTATION, 'run.oci.handler'],
+  },
+  workloadAnnotations: VARIANT,
+};
+let wasmPayload: WasmPayload;
+let helloImage: WasmImage;
+let sleepImage: WasmImage;
+/** The Shims each apply of the Wasm steps carries. */
+let wasmShims: Record<string, AppShim>;
+
+/** A pod running an image's entrypoint, as a plain object (the app runs it under a Shim; the controls apply it as it is). */
+function wasmPod(name: string, image: string, extra: { runtimeClassName?: string; annotations?: Record<string, string> } = {}): any {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default', ...(extra.annotations ? { annotations: extra.annotations } : {}) },
+    spec: {
+      hostNetwork: true,
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: 1,
+      ...(extra.runtimeClassName ? { runtimeClassName: extra.runtimeClassName } : {}),
+      containers: [{ name: 'main', image, imagePullPolicy: 'IfNotPresent' }],
+    },
+  };
+}
+
+/** Pods of the app, each run under `shim` with runWorkload() (which adds the RuntimeClass and the Shim's workload annotations). */
+function underShim(shim: string, pods: Array<[string, string]>): AppWorkloads {
+  return (chart, shims) => {
+    for (const [name, image] of pods) shims[shim].runWorkload(new ApiObject(chart, name, wasmPod(name, image)));
+  };
+}
+
+interface LogLine {
+  readonly time: number;
+  readonly stream: string;
+  readonly text: string;
+}
+
+/** A container's log as the kubelet wrote it on the node (CRI lines: time, stream, P or F, text). */
+function containerLog(p: any, container = 'main'): LogLine[] {
+  const dir = path.join('/var/log/pods', `${p.metadata.namespace}_${p.metadata.name}_${p.metadata.uid}`, container);
+  if (!fs.existsSync(dir)) return [];
+  return fs.readdirSync(dir).sort().flatMap(file => fs.readFileSync(path.join(dir, file), 'utf8').split('\n').filter(Boolean).map(line => {
+    const [time, stream, , ...text] = line.split(' ');
+    return { time: Date.parse(time), stream, text: text.join(' ') };
+  }));
+}
+
+const logText = (p: any) => containerLog(p).map(l => l.text);
+
+function containerId(p: any): string {
+  return String(p.status.containerStatuses[0].containerID).replace('containerd://', '');
+}
+
+/** The host PID of a running container's process, as containerd reports it. */
+function taskPid(id: string): number {
+  const line = cluster.containerd.ctr(['-n', 'k8s.io', 'tasks', 'ls']).split('\n').find(l => l.startsWith(`${id} `));
+  if (!line) throw new Error(`containerd has no task ${id}`);
+  return Number(line.split(/\s+/)[1]);
+}
+
+step('crun with WasmEdge as a payload (a .tar.gz over HTTP): the Wasm Shim becomes Ready and a pod runs a WASI module under it', async () => {
+  // GIVEN the payload (168 MiB of crun and its libraries, with soname links, plus runc's shim) and the modules' images
+  bindStrayControllersToV1();
+  wasmPayload = await buildWasmPayload(path.join(work, 'www', 'crun-wasmedge.tgz'));
+  helloImage = await buildWasmImage('hello', work);
+  sleepImage = await buildWasmImage('sleep', work);
+  cluster.importImage(helloImage.tarball);
+  cluster.importImage(sleepImage.tarball);
+  wasmShims = { [SHIM]: published('v2'), [WASM_SHIM]: { location: `${artifactBase}/crun-wasmedge.tgz`, sha256: wasmPayload.sha256, ...WASM_RUNTIME } };
+  // WHEN the Wasm Shim is applied
+  apply(wasmShims);
+  await readyOnTheNode(WASM_SHIM);
+  // THEN the payload is one folder on the node, its links kept as links
+  const folder = payloadFolder(WASM_SHIM, wasmPayload.sha256);
+  const tree = listTree(folder);
+  expect(tree).toEqual(expect.arrayContaining(['/bin/crun', '/bin/crun.real', '/bin/containerd-shim-runc-v2', '/lib/ld-linux-x86-64.so.2', '/lib/libLLVM.so.19.1']));
+  expect(fs.readlinkSync(path.join(folder, 'lib', 'libwasmedge.so.0'))).toBe('libwasmedge.so.0.1.0');
+  expect(tree.filter(f => fs.lstatSync(path.join(folder, f)).isSymbolicLink())).toHaveLength(wasmPayload.links);
+  expect(tree.filter(f => fs.lstatSync(path.join(folder, f)).isFile())).toHaveLength(wasmPayload.files);
+  // AND containerd's handler runs the payload's shim with crun as its binary, and lets crun's annotations through
+  const { file, dump } = containerdConfig();
+  expect(file).toContain(`BinaryName = "${folder}/bin/crun"`);
+  const table = dump.slice(dump.indexOf(`runtimes.${WASM_SHIM}]`));
+  expect(table).toContain(`runtime_path = "${folder}/bin/containerd-shim-runc-v2"`);
+  expect(table).toContain('pod_annotations = ["module.wasm.image/variant", "run.oci.handler"]');
+  expect(table).toContain('container_annotations = ["module.wasm.image/variant", "run.oci.handler"]');
+  // AND its RuntimeClass selects the node through the handler label
+  const rc = await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${WASM_SHIM}`).catch(() => undefined), 60_000, diagnostics);
+  expect(rc).toMatchObject({ handler: WASM_SHIM, scheduling: { nodeSelector: { [ShimNodeLabels.handlerKey(WASM_SHIM)]: WASM_SHIM } } });
+
+  // WHEN the app runs hello.wasm under the Shim (runWorkload: its RuntimeClass and its workload annotation)
+  apply(wasmShims, underShim(WASM_SHIM, [['wasm-hello', helloImage.reference]]));
+  const done = await podWhen('wasm-hello', ['Succeeded', 'Failed'], 120_000);
+  // THEN the pod carries both, and the module ran to its end with its line in the log
+  expect(done.spec.runtimeClassName).toBe(WASM_SHIM);
+  expect(done.metadata.annotations).toMatchObject(VARIANT);
+  expect(done.status.phase).toBe('Succeeded');
+  expect(done.status.containerStatuses[0].state.terminated.exitCode).toBe(0);
+  expect(containerLog(done)).toEqual([expect.objectContaining({ stream: 'stdout', text: HELLO_LINE })]);
+  await deletePod('wasm-hello');
+});
+
+step('the same image fails without the annotation (crun runs it as a program) and without the RuntimeClass (runc runs it)', async () => {
+  // GIVEN the hello image applied as plain pods: the RuntimeClass without the annotation, the annotation without the RuntimeClass
+  applyObject(wasmPod('wasm-no-annotation', helloImage.reference, { runtimeClassName: WASM_SHIM }));
+  applyObject(wasmPod('wasm-no-runtimeclass', helloImage.reference, { annotations: VARIANT }));
+  // THEN both fail, and neither ran the module
+  const noAnnotation = await podWhen('wasm-no-annotation', ['Succeeded', 'Failed'], 120_000);
+  const noRuntimeClass = await podWhen('wasm-no-runtimeclass', ['Succeeded', 'Failed'], 120_000);
+  for (const failed of [noAnnotation, noRuntimeClass]) {
+    expect(failed.status.phase).toBe('Failed');
+    expect(failed.status.containerStatuses[0].state.terminated.exitCode).toBe(1);
+    expect(logText(failed)).not.toContain(HELLO_LINE);
+  }
+  // AND each says who refused it: crun (its JSON log line) tried to exec the module as a program; runc did the same
+  expect(logText(noAnnotation)).toEqual([expect.stringMatching(/^\{"msg":"exec container process `\/hello.wasm`: Exec format error","level":"error"/)]);
+  expect(logText(noRuntimeClass)).toEqual(['exec /hello.wasm: exec format error']);
+  await deletePod('wasm-no-annotation');
+  await deletePod('wasm-no-runtimeclass');
+});
+
+step('a long-running Wasm pod keeps running while another Wasm pod starts and ends on the same node', async () => {
+  // GIVEN sleep.wasm running under the Shim
+  apply(wasmShims, underShim(WASM_SHIM, [['wasm-sleep', sleepImage.reference]]));
+  const sleeping = await podWhen('wasm-sleep', ['Running', 'Succeeded', 'Failed'], 120_000);
+  expect(sleeping.status.phase).toBe('Running');
+  await eventually(async () => logText(sleeping).includes(SLEEP_LINES[0]), 30_000, diagnostics);
+  // AND it is crun running WasmEdge from the payload: crun's state file (runc's is state.json), libwasmedge mapped in its process
+  const folder = payloadFolder(WASM_SHIM, wasmPayload.sha256);
+  const id = containerId(sleeping);
+  expect(fs.existsSync(path.join(RUNTIMES, id, 'status'))).toBe(true);
+  expect(fs.existsSync(path.join(RUNTIMES, id, 'state.json'))).toBe(false);
+  expect(fs.readFileSync(`/proc/${taskPid(id)}/maps`, 'utf8')).toContain(`${folder}/lib/libwasmedge.so.0.1.0`);
+
+  // WHEN another Wasm pod starts and ends meanwhile
+  apply(wasmShims, underShim(WASM_SHIM, [['wasm-hello-beside', helloImage.reference]]));
+  const beside = await podWhen('wasm-hello-beside', ['Succeeded', 'Failed'], 60_000);
+  expect(beside.status.phase).toBe('Succeeded');
+  expect(beside.spec.nodeName).toBe(sleeping.spec.nodeName);
+  expect(logText(beside)).toEqual([HELLO_LINE]);
+  // THEN the sleeping pod was not disturbed: still running, same container, no restart, not woken yet
+  const still = await api.get('/api/v1/namespaces/default/pods/wasm-sleep');
+  expect(still.status.phase).toBe('Running');
+  expect(still.status.containerStatuses[0]).toMatchObject({ restartCount: 0, containerID: sleeping.status.containerStatuses[0].containerID });
+  expect(logText(still)).toEqual([SLEEP_LINES[0]]);
+  // AND it ends on its own after sleeping through WASI
+  const woke = await podWhen('wasm-sleep', ['Succeeded', 'Failed'], 60_000);
+  expect(woke.status.phase).toBe('Succeeded');
+  const lines = containerLog(woke);
+  expect(lines.map(l => l.text)).toEqual(SLEEP_LINES);
+  expect(lines[1].time - lines[0].time).toBeGreaterThanOrEqual(14_500);
+  // (the other pod began and ended within the sleep: its container's times, to the second)
+  const { startedAt, finishedAt } = beside.status.containerStatuses[0].state.terminated;
+  expect(Date.parse(startedAt)).toBeGreaterThanOrEqual(Math.floor(lines[0].time / 1000) * 1000);
+  expect(Date.parse(finishedAt)).toBeLessThanOrEqual(lines[1].time);
+  await deletePod('wasm-sleep');
+  await deletePod('wasm-hello-beside');
+});
+
+step('the crun + WasmEdge payload delivered as an image pinned by digest runs a WASI module', async () => {
+  // GIVEN the same payload inside an image known on the node by its digest only
+  const tarball = path.join(work, 'wasm-payload-image.tar');
+  const reference = await buildOciImage({
+    name: 'docker.io/library/rcm-wasm-payload@sha256',
+    files: [{ source: wasmPayload.file, target: '/payload/crun-wasmedge.tgz', mode: 0o644 }],
+    entrypoint: ['/nothing-to-run'],
+  }, tarball);
+  cluster.importImage(tarball);
+  // WHEN a second Wasm Shim takes its payload from that image
+  wasmShims = { ...wasmShims, [WASM_IMAGE_SHIM]: { image: { reference, path: '/payload/crun-wasmedge.tgz', sha256: wasmPayload.sha256 }, ...WASM_RUNTIME } };
+  apply(wasmShims);
+  await readyOnTheNode(WASM_IMAGE_SHIM);
+  // THEN it has its own copy of the payload, links kept
+  expect(fs.readlinkSync(path.join(payloadFolder(WASM_IMAGE_SHIM, wasmPayload.sha256), 'lib', 'libwasmedge.so.0'))).toBe('libwasmedge.so.0.1.0');
+  // AND a pod under its RuntimeClass runs the module
+  apply(wasmShims, underShim(WASM_IMAGE_SHIM, [['wasm-hello-image', helloImage.reference]]));
+  const done = await podWhen('wasm-hello-image', ['Succeeded', 'Failed'], 120_000);
+  expect(done.spec.runtimeClassName).toBe(WASM_IMAGE_SHIM);
+  expect(done.status.phase).toBe('Succeeded');
+  expect(logText(done)).toEqual([HELLO_LINE]);
+  await deletePod('wasm-hello-image');
+});
+
+step('uninstalling the Wasm Shim from the node removes its payload and handler, and its RuntimeClass stops selecting the node', async () => {
+  const folder = payloadFolder(WASM_SHIM, wasmPayload.sha256);
+  const handlerLabel = ShimNodeLabels.handlerKey(WASM_SHIM);
+  // WHEN the Shim no longer selects the node
+  wasmShims = { ...wasmShims, [WASM_SHIM]: { ...wasmShims[WASM_SHIM], nodeSelector: { 'rcm-e2e.example.com/wasm': 'elsewhere' } } };
+  apply(wasmShims);
+  // THEN the controller uninstalls it there: the handler label, the payload folder and containerd's handler go
+  await eventually(async () => !(handlerLabel in await nodeLabels()) && !fs.existsSync(folder)
+    && !containerdConfig().dump.includes(`runtimes.${WASM_SHIM}]`), 180_000, diagnostics);
+  expect(listTree(path.join(installRoot, 'payloads', WASM_SHIM))).toEqual([]);
+  // AND its RuntimeClass, still there, sends no pod to the node: the scheduler finds no node with the handler label
+  expect((await api.get(`/apis/node.k8s.io/v1/runtimeclasses/${WASM_SHIM}`)).scheduling.nodeSelector).toEqual({ [handlerLabel]: WASM_SHIM });
+  applyObject(wasmPod('wasm-unselected', helloImage.reference, { runtimeClassName: WASM_SHIM, annotations: VARIANT }));
+  const event = await eventually(async () => (await api.get('/api/v1/namespaces/default/events')).items
+    .find((e: any) => e.involvedObject.name === 'wasm-unselected' && e.reason === 'FailedScheduling'), 60_000, diagnostics);
+  expect(event.message).toMatch(/0\/1 nodes are available: 1 node\(s\) didn't match (node selector|Pod's node affinity)/);
+  const unselected = await api.get('/api/v1/namespaces/default/pods/wasm-unselected');
+  expect(unselected.status.phase).toBe('Pending');
+  expect(unselected.spec.nodeName).toBeUndefined();
+  expect(unselected.spec.nodeSelector).toEqual({ [handlerLabel]: WASM_SHIM });
+  await deletePod('wasm-unselected');
+  // AND the other Wasm Shim, with its own copy and handler, still runs modules
+  apply(wasmShims, underShim(WASM_IMAGE_SHIM, [['wasm-hello-after', helloImage.reference]]));
+  const after = await podWhen('wasm-hello-after', ['Succeeded', 'Failed'], 120_000);
+  expect(after.status.phase).toBe('Succeeded');
+  expect(logText(after)).toEqual([HELLO_LINE]);
+  await deletePod('wasm-hello-after');
+
+  // WHEN both Wasm Shims are deleted THEN their RuntimeClasses, handlers and payloads are gone
+  cluster.controlPlane.kubectl(['delete', 'shim', WASM_SHIM, WASM_IMAGE_SHIM, '--wait=false']);
+  for (const name of [WASM_SHIM, WASM_IMAGE_SHIM]) {
+    await gone(`${SHIMS}/${name}`);
+    await gone(`/apis/node.k8s.io/v1/runtimeclasses/${name}`);
+  }
+  const { dump } = containerdConfig();
+  expect(dump).not.toContain(`runtimes.${WASM_SHIM}]`);
+  expect(dump).not.toContain(`runtimes.${WASM_IMAGE_SHIM}]`);
+  expect(listTree(path.join(installRoot, 'payloads')).filter(f => f.includes('e2e-wasm'))).toEqual([]);
 });
 
 step('a Shim in the upstream runtime-class-manager\'s shape (platforms with arch x86_64) is installed and used', async () => {
