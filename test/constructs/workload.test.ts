@@ -2,6 +2,7 @@ import { ApiObject, Cron, Testing } from 'cdk8s';
 // cdk8s-plus comes with cdk8s-cli; the test uses it the way a library user would.
 // eslint-disable-next-line import/no-extraneous-dependencies
 import * as kplus from 'cdk8s-plus-33';
+import { CrunWasmEdge } from '../../examples/crun-wasmedge/main';
 import { RuntimeClassManager, ShimConstruct } from '../../src';
 
 const SHIM = { handler: 'spin', runtimeClassName: 'wasmtime-spin', location: 'https://example.com/spin.tgz' };
@@ -151,4 +152,21 @@ describe('workloadAnnotations: runWorkload() puts the annotations the runtime ne
     shim.runWorkload(new kplus.Deployment(chart, 'hello', { containers }));
     expect(Testing.synth(chart).filter(o => o.kind === 'Shim' || o.kind === 'Deployment' && o.metadata.name !== manager.deployment.name)).toMatchSnapshot();
   });
+});
+
+test('the crun + WasmEdge example synthesizes: its Shim lets crun\'s annotations through, and its Deployment\'s pods carry the RuntimeClass and the annotation', () => {
+  // The example's own module is what `npx projen example` runs.
+  const app = Testing.app();
+  new CrunWasmEdge(app, 'crun-wasmedge');
+  const objects = app.charts.flatMap(c => c.toJson());
+  const shim = objects.find(o => o.kind === 'Shim');
+  expect(shim.spec).toMatchObject({
+    payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
+    containerdRuntimeOptions: { BinaryName: '${PAYLOAD}/bin/crun' },
+    containerdRuntime: { podAnnotations: ['module.wasm.image/variant', 'run.oci.handler'] },
+    runtimeClass: { name: 'wasmedge', handler: 'crun-wasmedge' },
+  });
+  const hello = objects.find(o => o.metadata.name === 'hello-wasm');
+  expect(hello.spec.template.spec.runtimeClassName).toBe('wasmedge');
+  expect(hello.spec.template.metadata.annotations).toEqual({ 'module.wasm.image/variant': 'compat' });
 });
