@@ -123,6 +123,22 @@ async function deletePod(name: string): Promise<void> {
   await eventually(async () => api.get(`/api/v1/namespaces/default/pods/${name}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
 }
 
+/** The agent's process on this machine (the node), and what it costs: resident and peak memory, CPU seconds so far. */
+function agentProcess(): { pid: number; rssMiB: number; peakMiB: number; cpuSeconds: number } {
+  const pid = fs.readdirSync('/proc').filter(p => /^\d+$/.test(p)).map(Number).find(p => {
+    try {
+      return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('rcm-node-agent.js');
+    } catch {
+      return false;
+    }
+  });
+  if (pid === undefined) throw new Error('no rcm-node-agent process on the node');
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)![1]);
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return { pid, rssMiB: kb('VmRSS') / 1024, peakMiB: kb('VmHWM') / 1024, cpuSeconds: (Number(stat[11]) + Number(stat[12])) / 100 };
+}
+
 const agentPods = async () => (await api.get(`/api/v1/namespaces/${NS}/pods?labelSelector=${encodeURIComponent('app.kubernetes.io/component=node-agent')}`)).items;
 
 async function diagnostics(): Promise<string> {
@@ -217,6 +233,10 @@ step('drift: the config rewritten without the handler drops the gate within the 
   await eventually(async () => (await nodeLabels())[HANDLER_LABEL] === SHIM && effective().includes(`containerd-shim-${SHIM}-v2`), 120_000, diagnostics);
   const repaired = (Date.now() - changedAt) / 1000;
   process.stdout.write(`node agent e2e: config rewritten -> gate gone after ${gateGone.toFixed(1)} s, repaired after ${repaired.toFixed(1)} s\n`);
+  // The agent's peak memory so far: two change sets (the install, the repair) and the drift checks.
+  const agent = agentProcess();
+  process.stdout.write(`node agent e2e: the agent's peak RSS after two change sets ${agent.peakMiB.toFixed(0)} MiB, CPU so far ${agent.cpuSeconds.toFixed(2)} s\n`);
+  expect(agent.peakMiB).toBeLessThan(512); // its memory limit
   expect(gateGone).toBeLessThan(30);
   expect(fs.readFileSync(cluster.containerd.config, 'utf8')).toBe(installedConfig);
   // AND a pod under the RuntimeClass runs again
@@ -231,7 +251,13 @@ step('the agent pod replaced (an upgrade of the DaemonSet): no containerd restar
   await api.request('DELETE', `/api/v1/namespaces/${NS}/pods/${before.metadata.name}`);
   await eventually(async () => (await agentPods()).some((p: any) => p.metadata.uid !== before.metadata.uid && p.status?.phase === 'Running'), 120_000, diagnostics);
   // The new agent has checked the node (drift period 3 s) and found nothing to do.
-  await new Promise(r => setTimeout(r, 8000));
+  await new Promise(r => setTimeout(r, 5000));
+  // Its cost while idle: 10 s of watching and drift checks (one every 3 s).
+  const idleFrom = agentProcess();
+  await new Promise(r => setTimeout(r, 10_000));
+  const idleTo = agentProcess();
+  process.stdout.write(`node agent e2e: idle agent RSS ${idleTo.rssMiB.toFixed(0)} MiB, CPU ${((idleTo.cpuSeconds - idleFrom.cpuSeconds) / 10 * 100).toFixed(1)}% of a core `
+    + '(drift check every 3 s)\n');
   expect(cluster.containerd.pid()).toBe(containerdPid);
   expect((await nodeLabels())[HANDLER_LABEL]).toBe(SHIM);
   expect(effective()).toContain(`containerd-shim-${SHIM}-v2`);
