@@ -52,7 +52,15 @@ interface Artifact {
 }
 const artifacts: Record<string, Artifact> = {};
 
-/** A tarball with a real shim (containerd's runc shim under the handler's name), made distinct by `version`. */
+/**
+ * A payload with a real shim (containerd's runc shim under the handler's name), made distinct
+ * by `version`. The Shims give it as a payload with `runtimeType: io.containerd.runc.v2` (the
+ * README's way for runc-based shims): the handler is `runtime_type = "io.containerd.runc.v2"`
+ * plus `runtime_path`, so containerd hands the shim runc's options. Nodes A and B run runc with
+ * SystemdCgroup = true, which the installer gives the handler too; a shim given by path only
+ * gets its options as `runtimeoptions.v1.Options` on containerd 1.x, and runc's shim refuses
+ * those: no pod could start under it there ("type with url runtimeoptions.v1.Options: not found").
+ */
 async function publish(version: string, handler: string): Promise<void> {
   // Bytes after the end of an ELF file are ignored by the loader: same program, new checksum.
   const binary = Buffer.concat([shimBinary(), Buffer.from(`\nrcm-fleet ${version}\n`)]);
@@ -60,10 +68,29 @@ async function publish(version: string, handler: string): Promise<void> {
   artifacts[version] = { handler, location: server.put(`${version}.tar.gz`, tgz), sha256: sha256(tgz) };
 }
 
-/** Where the installer puts a version on a node (its own folder, named by the artifact's sha256). */
+/** Where the installer puts a version's shim on a node (the payload's own folder, named by the artifact's sha256). */
 function installedBinary(version: string): string {
   const a = artifacts[version];
-  return `/opt/rcm/shims/${a.handler}/${a.sha256.slice(0, 16)}/containerd-shim-${a.handler}-v2`;
+  return `/opt/rcm/payloads/${a.handler}/${a.sha256.slice(0, 16)}/containerd-shim-${a.handler}-v2`;
+}
+
+/**
+ * The shim that runs a pod of the fleet's handler on a node serving `version`: the payload's
+ * where containerd honours runtime_path (1.7), else containerd's own shim of the runtime_type,
+ * which then gets the handler's options: containerd 1.6's CRI never hands runtime_path to the
+ * task it starts (containerd/containerd#8207, fixed in 1.7; seen here with 1.6.20 on A and C).
+ */
+function shimServing(node: string, version: string): string {
+  return runtimePathHonoured[node] ? installedBinary(version) : ownRuncShim[node];
+}
+/** Per node: does its containerd start a handler's runtime_path (1.7 and later)? */
+const runtimePathHonoured: Record<string, boolean> = {};
+/** Per node: containerd's own runc shim (the path it runs from, links resolved). */
+const ownRuncShim: Record<string, string> = {};
+
+/** The handler's entry in containerd's config when it serves `version`. */
+function servedBy(version: string): object {
+  return { runtime_type: 'io.containerd.runc.v2', runtime_path: installedBinary(version) };
 }
 
 interface AppShim {
@@ -101,6 +128,7 @@ function synthApp(shims: AppShim[], replicas = 1, createRuntimeClass?: boolean):
       runtimeClassName: s.name,
       location: a.location,
       sha256: a.sha256,
+      payload: { shim: `containerd-shim-${a.handler}-v2`, runtimeType: 'io.containerd.runc.v2' },
       allowInsecureHttp: true,
       nodeSelector: s.selector,
       rollout: Rollout.rolling({ maxUpdate: MaxUpdate.count(1) }),
@@ -169,18 +197,25 @@ async function getNode(name: string): Promise<any> {
   return api.get(`/api/v1/nodes/${name}`);
 }
 
+/**
+ * A workload pod. It shares its node's pid namespace, and its container ends by writing the
+ * program its parent runs (the shim that started it: argv[0], the path containerd ran) to its
+ * termination message (see runtimeOf).
+ */
 function pod(name: string, command: string, options: { runtimeClassName?: string; nodeName?: string } = {}): object {
+  const reportShim = 'read -r -d "" shim < /proc/$PPID/cmdline; echo "$shim" > /dev/termination-log';
   return {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { name, namespace: 'default', labels: { 'e2e.rcm.dev/workload': 'true' } },
     spec: {
       hostNetwork: true,
+      hostPID: true,
       restartPolicy: 'Never',
       terminationGracePeriodSeconds: 1,
       ...(options.runtimeClassName ? { runtimeClassName: options.runtimeClassName } : {}),
       ...(options.nodeName ? { nodeSelector: { 'kubernetes.io/hostname': options.nodeName } } : {}),
-      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', command] }],
+      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', `${command}; ${reportShim}`] }],
     },
   };
 }
@@ -202,10 +237,23 @@ async function deleteWorkloads(): Promise<void> {
     120_000, diagnostics);
 }
 
-/** The runtime a pod's container was started with, from its node's containerd. */
+/**
+ * The shim binary that ran a finished pod's container, as the pod saw it (its termination
+ * message). containerd records the runtime's name for a container (io.containerd.runc.v2 for
+ * every handler here), not the runtime_path it started.
+ */
 function runtimeOf(p: any): string {
-  const id = String(p.status.containerStatuses[0].containerID).replace('containerd://', '');
-  return JSON.parse(cluster.node(p.spec.nodeName).ctr(['-n', 'k8s.io', 'containers', 'info', id])).Runtime.Name;
+  return String(p.status.containerStatuses[0].state.terminated.message ?? '').trim();
+}
+
+/** The runtime handler containerd ran a pod with (its sandbox's CRI metadata, from the node's containerd). */
+function handlerOf(p: any): string {
+  const n = cluster.node(p.spec.nodeName);
+  const info = (id: string) => JSON.parse(n.ctr(['-n', 'k8s.io', 'containers', 'info', id]));
+  const container = info(String(p.status.containerStatuses[0].containerID).replace('containerd://', ''));
+  const sandbox = info(container.Spec.annotations['io.kubernetes.cri.sandbox-id']);
+  const metadata = Object.entries(sandbox.Extensions ?? {}).find(([k]) => k.endsWith('sandbox.metadata'))?.[1] as any;
+  return JSON.parse(Buffer.from(metadata.value, 'base64').toString()).Metadata.RuntimeHandler;
 }
 
 /** The runtime handlers in a node's effective containerd config (what `config dump` shows). */
@@ -422,6 +470,9 @@ beforeAll(async () => {
   for (const v of ['v1', 'v2', 'v3', 'v4']) await publish(v, HANDLER);
   await publish('v5', NEXT_HANDLER);
   for (const n of cluster.nodes) {
+    const minor = Number(/ v?1\.(\d+)\./.exec(n.host.run([n.containerd, '--version']))?.[1]);
+    runtimePathHonoured[n.name] = minor >= 7;
+    ownRuncShim[n.name] = n.host.run(['readlink', '-f', path.join(path.dirname(n.containerd), 'containerd-shim-runc-v2')]).trim();
     start[n.name] = {
       dump: n.configDump(),
       edited: n.host.read(n.editedConfig)!,
@@ -527,7 +578,7 @@ step('an install on one node changes nothing on the others (nor on the machine)'
   // THEN it is installed on A, through A's systemctl, and A's containerd serves it
   await shimReady(PROBE, 1);
   const a = cluster.node(A);
-  expect(handlersOf(a.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v1') });
+  expect(handlersOf(a.configDump())[HANDLER]).toMatchObject(servedBy('v1'));
   expect(a.host.tryRun(['test', '-x', installedBinary('v1')]).code).toBe(0);
   // AND B and C are as they were: same effective config, same files, no install root
   for (const n of [cluster.node(B), cluster.node(C)]) {
@@ -560,7 +611,7 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
     if (i % 8 === 0) {
       const name = `s1-${workloads.length}`;
       // The controller creates the RuntimeClass; until it has, admission refuses such pods.
-      const created = await createPod(pod(name, 'echo ran > /dev/termination-log', { runtimeClassName: SHIM })).then(() => true, e => {
+      const created = await createPod(pod(name, 'true', { runtimeClassName: SHIM })).then(() => true, e => {
         if (!/RuntimeClass .* not found/.test(String(e))) throw e;
         return false;
       });
@@ -588,7 +639,7 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
   // AND every node carries the handler and serves it from its installed binary
   for (const n of cluster.nodes) {
     expect((await getNode(n.name)).metadata.labels).toMatchObject({ [HANDLER_LABEL]: HANDLER, [STATE_LABEL]: 'provisioned' });
-    expect(handlersOf(n.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v1') });
+    expect(handlersOf(n.configDump())[HANDLER]).toMatchObject(servedBy('v1'));
   }
   // AND the k3s node got it through its template, which keeps the base directive and the site's runtime
   const template = cluster.node(C).host.read(cluster.node(C).editedConfig)!;
@@ -600,14 +651,16 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
     expect(done.status.phase).toBe('Succeeded');
     const install = installs.find(p => p.node === done.spec.nodeName)!;
     expect(Date.parse(done.status.startTime)).toBeGreaterThanOrEqual(install.finished!);
-    expect(runtimeOf(done)).toBe(installedBinary('v1'));
+    expect(runtimeOf(done)).toBe(shimServing(done.spec.nodeName, 'v1'));
+    expect(handlerOf(done)).toBe(HANDLER);
   }
   // AND one pinned to each node, too
   for (const n of cluster.nodes) await createPod(pod(`s1-on-${n.name}`, 'true', { runtimeClassName: SHIM, nodeName: n.name }));
   for (const n of cluster.nodes) {
     const done = await podWhen(`s1-on-${n.name}`, ['Succeeded', 'Failed']);
     expect(done.status.phase).toBe('Succeeded');
-    expect(runtimeOf(done)).toBe(installedBinary('v1'));
+    expect(runtimeOf(done)).toBe(shimServing(done.spec.nodeName, 'v1'));
+    expect(handlerOf(done)).toBe(HANDLER);
   }
   await deleteWorkloads();
 });
@@ -622,6 +675,7 @@ async function serves(n: string, tag: string): Promise<string> {
   expect(plain.status.phase).toBe('Succeeded');
   const withShim = await podWhen(`${tag}-shim-${n}`, ['Succeeded', 'Failed']);
   expect(withShim.status.phase).toBe('Succeeded');
+  expect(handlerOf(withShim)).toBe(HANDLER);
   return runtimeOf(withShim);
 }
 
@@ -652,16 +706,16 @@ step('scenario 2: a node whose containerd refuses to come back rolls back, keeps
   // AND B's systemd never refused a start for the start limit, and containerd runs (the installer's restarts are paced)
   expect(b.systemd!.startLimitHits('containerd')).toBe(0);
   expect(b.systemd!.unitState('containerd')).toMatchObject({ activeState: 'active', subState: 'running' });
-  expect(handlersOf(b.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v1') });
+  expect(handlersOf(b.configDump())[HANDLER]).toMatchObject(servedBy('v1'));
   expect(watch.of({ node: B, operation: 'install' }).filter(p => p.reason === 'Error')).toHaveLength(2);
   // AND A has the new version; the rollout stopped before C: no install there, still the old version
-  expect(handlersOf(a.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v2') });
+  expect(handlersOf(a.configDump())[HANDLER]).toMatchObject(servedBy('v2'));
   await sleep(8000);
   await watch.poll();
   expect(watch.of({ node: C })).toEqual([]);
-  expect(handlersOf(c.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v1') });
+  expect(handlersOf(c.configDump())[HANDLER]).toMatchObject(servedBy('v1'));
   // AND B keeps serving ordinary pods and the previous version
-  expect(await serves(B, 's2')).toBe(installedBinary('v1'));
+  expect(await serves(B, 's2')).toBe(shimServing(B, 'v1'));
   await deleteWorkloads();
 
   // WHEN the cause is fixed and the Shim is given a new retry annotation (the README's recovery)
@@ -675,7 +729,7 @@ step('scenario 2: a node whose containerd refuses to come back rolls back, keeps
   }, 240_000, diagnostics);
   await watch.poll();
   expectOneAtATime(watch.of({ shim: SHIM, operation: 'install' }));
-  for (const n of cluster.nodes) expect(handlersOf(n.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v2') });
+  for (const n of cluster.nodes) expect(handlersOf(n.configDump())[HANDLER]).toMatchObject(servedBy('v2'));
   expect((await getNode(B)).metadata.labels[STATE_LABEL]).toBe('provisioned');
   expect((await getNode(B)).metadata.annotations[ShimNodeLabels.failureKey(SHIM)]).toBeUndefined();
 }, () => void cluster.node(B).host.run(['rm', '-f', '/etc/rcm-node/fault/containerd']));
@@ -695,7 +749,7 @@ step('scenario 3: a kubelet stopped mid-rollout: the rest of the fleet completes
   // AND A and B complete, while C keeps the previous version
   await eventually(async () => {
     await watch.poll();
-    return [A, B].every(n => handlersOf(cluster.node(n).configDump())[HANDLER]?.runtime_type === installedBinary('v3'));
+    return [A, B].every(n => handlersOf(cluster.node(n).configDump())[HANDLER]?.runtime_path === installedBinary('v3'));
   }, 240_000, diagnostics);
   const meanwhile = await eventually(async () => {
     await watch.poll();
@@ -703,7 +757,7 @@ step('scenario 3: a kubelet stopped mid-rollout: the rest of the fleet completes
     return s.status.nodesReady === 2 ? s : undefined;
   }, 120_000, diagnostics);
   expect(condition(meanwhile, 'Degraded')?.status).toBe('False');
-  expect(handlersOf(c.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v2') });
+  expect(handlersOf(c.configDump())[HANDLER]).toMatchObject(servedBy('v2'));
   expect(watch.of({ node: C }).filter(p => p.started !== undefined)).toEqual([]);
 
   // WHEN C's kubelet returns
@@ -714,9 +768,9 @@ step('scenario 3: a kubelet stopped mid-rollout: the rest of the fleet completes
     const s = await getShim(SHIM);
     return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3;
   }, 240_000, diagnostics);
-  for (const n of cluster.nodes) expect(handlersOf(n.configDump())[HANDLER]).toMatchObject({ runtime_type: installedBinary('v3') });
+  for (const n of cluster.nodes) expect(handlersOf(n.configDump())[HANDLER]).toMatchObject(servedBy('v3'));
   expectOneAtATime(watch.of({ shim: SHIM, operation: 'install' }));
-  expect(await serves(C, 's3')).toBe(installedBinary('v3'));
+  expect(await serves(C, 's3')).toBe(shimServing(C, 'v3'));
   await deleteWorkloads();
 }, () => cluster.node(C).host.systemctl('start', 'kubelet'));
 
@@ -759,7 +813,7 @@ step('scenario 4: two controller replicas; the leader killed mid-rollout; the ot
     await watch.poll();
     const s = await getShim(SHIM);
     return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3
-      && cluster.nodes.every(n => handlersOf(n.configDump())[HANDLER]?.runtime_type === installedBinary('v4'));
+      && cluster.nodes.every(n => handlersOf(n.configDump())[HANDLER]?.runtime_path === installedBinary('v4'));
   }, 240_000, diagnostics);
   await watch.poll();
   // AND every node installed once: one installer pod per node, one containerd restart per node
@@ -839,7 +893,7 @@ step('scenario 6: a handler change across the fleet, applied with kubectl apply 
   // AND the new handler is on every node, the old one gone, each install then uninstall one node at a time
   for (const n of cluster.nodes) {
     const handlers = handlersOf(n.configDump());
-    expect(handlers[NEXT_HANDLER]).toMatchObject({ runtime_type: installedBinary('v5') });
+    expect(handlers[NEXT_HANDLER]).toMatchObject(servedBy('v5'));
     expect(handlers[HANDLER]).toBeUndefined();
     expect((await getNode(n.name)).metadata.labels[HANDLER_LABEL]).toBe(NEXT_HANDLER);
   }
@@ -893,7 +947,7 @@ step('scenario 5: deselecting a node, then deleting the Shim, uninstall one node
     expect(n.configDump()).toEqual(start[n.name].dump);
     expect(n.host.read(n.editedConfig)).toEqual(start[n.name].edited);
     expect(n.host.tryRun(['readlink', '/etc/containerd/config.toml']).stdout.trim() || undefined).toEqual(start[n.name].link);
-    expect(n.host.tryRun(['sh', '-c', 'ls /opt/rcm/shims /opt/rcm/state 2>/dev/null']).stdout.trim()).toBe('');
+    expect(n.host.tryRun(['sh', '-c', 'ls /opt/rcm/shims /opt/rcm/payloads /opt/rcm/state 2>/dev/null']).stdout.trim()).toBe('');
     const labels = (await getNode(n.name)).metadata.labels;
     expect(Object.keys(labels).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
   }
