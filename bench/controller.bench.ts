@@ -8,6 +8,11 @@
 //   npx ts-node --transpile-only -P tsconfig.json bench/controller.bench.ts [nodes[,nodes...]]
 //   e.g. RCM_BENCH_BEFORE=377f326 ... bench/controller.bench.ts 2000,5000
 //
+// Install modes: RCM_BENCH_MODES=jobs,agent (the default: both, side by side in one run). In
+// agent mode the controller runs with --install-mode agent, a stand-in for the node agents
+// answers each request in the node record (running, then succeeded), and the plain loop's
+// unavoidable writes are one request annotation and one label patch per node and Shim.
+//
 // Diagnostics: RCM_BENCH_PROFILE=<dir> writes the controller's CPU profile there;
 // RCM_BENCH_THREADS=1 prints its CPU per thread (main thread vs. GC helpers) and heap;
 // RCM_BENCH_KEEP=1 keeps the work folder (the controllers' logs); RCM_BENCH_NODE_FLAGS='...'
@@ -30,9 +35,13 @@ const SHIMS = ['spin', 'wasmtime', 'wasmedge'];
 const NS = 'runtime-class-manager';
 const CLK_TCK = 100;
 const BEFORE = process.env.RCM_BENCH_BEFORE;
+type Mode = 'jobs' | 'agent';
+const MODES = (process.env.RCM_BENCH_MODES ?? 'jobs,agent').split(',') as Mode[];
 
 interface Figures {
   writes: number; cpu: number; rssMiB: number; wall: number; watches?: string;
+  /** Watch events the controller read (its own metrics). */
+  events?: number;
   /** CPU seconds that receiving the same events cost a bare reader, during the controller's run (bench/plain-watcher.js). */
   readerCpu?: number; readerEvents?: number;
 }
@@ -136,7 +145,55 @@ function finishInstallers(admin: Rest): () => void {
   return () => { stopped = true; clearInterval(timer); watch?.stop(); };
 }
 
-async function runController(cp: ControlPlane, admin: Rest, bundle: string, shims: string[], nodes: number, log: string): Promise<Figures> {
+/**
+ * The node agents' part (install mode NodeAgent): every request in a node record is answered,
+ * first `running` (the agent took it), then `succeeded`, in batches every 0.5 s. Requests are
+ * learnt from a watch of the Nodes (one watch here; each real agent watches its own node).
+ */
+function finishAgentRequests(admin: Rest): () => void {
+  const answered = new Map<string, string>(); // `${node} ${shim}` -> request name answered as succeeded
+  const due = new Map<string, { node: string; shim: string; name: string; phase: 'running' | 'succeeded'; startedAt: string }>();
+  let stopped = false;
+  let watch: { stop: () => void } | undefined;
+  const onNode = (node: any) => {
+    for (const [key, text] of Object.entries<string>(node.metadata?.annotations ?? {})) {
+      if (!key.endsWith('.shim.runtime.spinkube.dev/request')) continue;
+      const shim = key.slice(0, -'.shim.runtime.spinkube.dev/request'.length);
+      const name = JSON.parse(text).name as string;
+      const id = `${node.metadata.name} ${shim}`;
+      if (answered.get(id) === name || due.get(id)?.name === name) continue;
+      due.set(id, { node: node.metadata.name, shim, name, phase: 'running', startedAt: new Date().toISOString() });
+    }
+  };
+  void (async () => {
+    while (!stopped) {
+      try {
+        const list = await admin.get('/api/v1/nodes');
+        for (const n of list.items) onNode(n);
+        const w = admin.watch(`/api/v1/nodes?watch=1&resourceVersion=${list.metadata.resourceVersion}&timeoutSeconds=300`, e => {
+          if (e.type === 'ADDED' || e.type === 'MODIFIED') onNode(e.object);
+        });
+        watch = w;
+        await w.done;
+      } catch {
+        await new Promise(r => setTimeout(r, 500));
+      }
+    }
+  })();
+  const timer = setInterval(() => {
+    const now = new Date().toISOString();
+    for (const [id, r] of [...due]) {
+      const result = { name: r.name, phase: r.phase, startedAt: r.startedAt, ...(r.phase === 'succeeded' ? { finishedAt: now, result: { outcome: 'installed', exitCode: 0 } } : {}) };
+      if (r.phase === 'running') due.set(id, { ...r, phase: 'succeeded' });
+      else { due.delete(id); answered.set(id, r.name); }
+      void admin.request('PATCH', `/api/v1/nodes/${r.node}`, { metadata: { annotations: { [`${r.shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify(result) } } },
+        'application/merge-patch+json').catch(() => undefined);
+    }
+  }, 500);
+  return () => { stopped = true; clearInterval(timer); watch?.stop(); };
+}
+
+async function runController(cp: ControlPlane, admin: Rest, bundle: string, shims: string[], nodes: number, log: string, mode: Mode = 'jobs'): Promise<Figures> {
   const metricsPort = await freePort();
   const start = Date.now();
   const profile = process.env.RCM_BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.RCM_BENCH_PROFILE}`] : [];
@@ -144,11 +201,12 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   const controller = spawn(process.execPath, [...nodeFlags, ...profile, bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
     `--metrics-bind-address=127.0.0.1:${metricsPort}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`, '--log-format=json', '--workers=4',
     // The client-side limit is raised so that the rollout's pace is the kubelet stand-in's.
-    ...(bundle.includes('rcm-controller-') ? [] : ['--kube-api-qps=1000', '--kube-api-burst=2000'])],
+    ...(bundle.includes('rcm-controller-') ? [] : ['--kube-api-qps=1000', '--kube-api-burst=2000']),
+    ...(mode === 'agent' ? ['--install-mode=agent'] : [])],
   { stdio: ['ignore', 'ignore', fs.openSync(log, 'a')] });
-  const stop = finishInstallers(admin);
+  const stop = mode === 'agent' ? finishAgentRequests(admin) : finishInstallers(admin);
   // The reading half of the floor: the same watches, read by a process that only splits them into events.
-  const reader = spawn(process.execPath, ['bench/plain-watcher.js', cp.server, cp.adminToken, cp.caFile, NS], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const reader = spawn(process.execPath, ['bench/plain-watcher.js', cp.server, cp.adminToken, cp.caFile, NS, mode], { stdio: ['ignore', 'pipe', 'inherit'] });
   let readerOut = '';
   reader.stdout!.on('data', d => { readerOut += d; });
   try {
@@ -186,7 +244,8 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
     reader.kill('SIGTERM');
     await waitExit(reader);
     const readerEvents = Number(JSON.parse(readerOut || '{}').events ?? NaN);
-    return { writes, ...usage(controller.pid!), wall, watches, readerCpu, readerEvents };
+    const eventsRead = [...events.values()].reduce((sum, n) => sum + n, 0);
+    return { writes, ...usage(controller.pid!), wall, watches, readerCpu, readerEvents, events: eventsRead };
   } finally {
     reader.kill('SIGTERM');
     stop();
@@ -201,9 +260,10 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   }
 }
 
-async function runPlain(cp: ControlPlane, names: string[]): Promise<Figures> {
+async function runPlain(cp: ControlPlane, names: string[], mode: Mode = 'jobs'): Promise<Figures> {
   const start = Date.now();
-  const plain = spawn(process.execPath, ['bench/plain-client.js', cp.server, cp.adminToken, cp.caFile, 'baseline', SHIMS.join(','), ...names], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const plain = spawn(process.execPath, ['bench/plain-client.js', cp.server, cp.adminToken, cp.caFile, 'baseline', SHIMS.join(','), ...names],
+    { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, RCM_BENCH_MODE: mode } });
   let out = '';
   plain.stdout.on('data', d => { out += d; });
   let figures = { cpu: 0, rssMiB: 0 };
@@ -217,7 +277,7 @@ async function runPlain(cp: ControlPlane, names: string[]): Promise<Figures> {
   return { writes: JSON.parse(out).writes, ...figures, wall: (Date.now() - start) / 1000 };
 }
 
-async function measure(nodes: number, work: string, before?: string): Promise<{ plain: Figures; now: Figures; before?: Figures }> {
+async function measure(nodes: number, work: string, mode: Mode, before?: string): Promise<{ plain: Figures; now: Figures; before?: Figures }> {
   const cp = await startControlPlane({
     controllerManager: true, controllers: '*,-nodeipam,-nodelifecycle',
     controllerManagerArgs: ['--kube-api-qps=1000', '--kube-api-burst=2000'],
@@ -237,11 +297,11 @@ async function measure(nodes: number, work: string, before?: string): Promise<{ 
     await createNodes(admin, names);
     stopHeartbeats = heartbeats(admin, names);
 
-    const plain = await runPlain(cp, names);
+    const plain = await runPlain(cp, names, mode);
     const bundle = path.join(work, 'rcm-controller.js');
     buildSync({ entryPoints: ['src/runtime/main.ts'], bundle: true, platform: 'node', target: 'node20', outfile: bundle, logLevel: 'error' });
-    const now = await runController(cp, admin, bundle, SHIMS, nodes, path.join(work, `controller-${nodes}.log`));
-    const previous = before
+    const now = await runController(cp, admin, bundle, SHIMS, nodes, path.join(work, `controller-${mode}-${nodes}.log`), mode);
+    const previous = before && mode === 'jobs'
       ? await runController(cp, admin, bundleOf(before, work), SHIMS.map(s => `${s}-before`), nodes, path.join(work, `before-${nodes}.log`))
       : undefined;
     return { plain, now, before: previous };
@@ -254,13 +314,14 @@ async function measure(nodes: number, work: string, before?: string): Promise<{ 
 async function main(): Promise<void> {
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-bench-controller-'));
   try {
-    const results: { nodes: number; plain: Figures; now: Figures; before?: Figures }[] = [];
+    const results: { nodes: number; mode: Mode; plain: Figures; now: Figures; before?: Figures }[] = [];
     const cell = (v: number, digits: number) => v.toFixed(digits).padStart(11);
-    for (const size of SIZES) {
-      // Each size's figures as soon as they are measured: a larger size may take long.
-      const { nodes, plain, now, before } = { nodes: size, ...await measure(size, work, BEFORE) };
-      results.push({ nodes, plain, now, before });
-      console.log(`\n${nodes} realistic nodes, ${SHIMS.length} Shims, rolling 10%, heartbeats ${HEARTBEAT_SECONDS === 60 ? 'once a minute' : `every ${HEARTBEAT_SECONDS} s`} per node`);
+    for (const size of SIZES) for (const mode of MODES) {
+      // Each size's figures as soon as they are measured: a larger size may take long. Each
+      // mode on an API server of its own (a fresh fleet), one after the other.
+      const { nodes, plain, now, before } = { nodes: size, ...await measure(size, work, mode, BEFORE) };
+      results.push({ nodes, mode, plain, now, before });
+      console.log(`\n${nodes} realistic nodes, install mode ${mode}, ${SHIMS.length} Shims, rolling 10%, heartbeats ${HEARTBEAT_SECONDS === 60 ? 'once a minute' : `every ${HEARTBEAT_SECONDS} s`} per node`);
       console.log(`${''.padEnd(24)}${'plain loop'.padStart(11)}${'controller'.padStart(11)}${'ratio'.padStart(8)}${before ? `${`before (${BEFORE})`.padStart(18)}${'ratio'.padStart(8)}` : ''}`);
       const row = (what: string, pick: (f: Figures) => number, digits = 2) => console.log(what.padEnd(24) + cell(pick(plain), digits) + cell(pick(now), digits)
         + `${(pick(now) / pick(plain)).toFixed(2)}x`.padStart(8) + (before ? cell(pick(before), digits).padStart(18) + `${(pick(before) / pick(plain)).toFixed(2)}x`.padStart(8) : ''));
@@ -274,12 +335,15 @@ async function main(): Promise<void> {
         const floor = plain.cpu + now.readerCpu;
         console.log(`floor with reads: the plain loop's ${plain.cpu.toFixed(2)} CPU seconds + ${now.readerCpu.toFixed(2)} for a bare reader to receive the same watches during the rollout (${now.readerEvents} events, bench/plain-watcher.js) = ${floor.toFixed(2)}; controller ${(now.cpu / floor).toFixed(2)}x${before?.readerCpu !== undefined ? `, before ${(before.cpu / (plain.cpu + before.readerCpu)).toFixed(2)}x` : ''}`);
       }
-      console.log(`summary: nodes=${nodes} writes=${(now.writes / plain.writes).toFixed(2)}x cpu=${(now.cpu / plain.cpu).toFixed(2)}x rss=${Math.round(now.rssMiB)} MiB`);
+      const perWrite = now.events !== undefined && now.writes > 0 ? (now.events / now.writes).toFixed(2) : 'n/a';
+      console.log(`summary: mode=${mode} nodes=${nodes} writes=${(now.writes / plain.writes).toFixed(2)}x cpu=${(now.cpu / plain.cpu).toFixed(2)}x events/write=${perWrite} rss=${Math.round(now.rssMiB)} MiB`);
     }
-    if (results.length > 1) {
-      const [a, b] = [results[0], results[results.length - 1]];
+    for (const mode of MODES) {
+      const ofMode = results.filter(r => r.mode === mode);
+      if (ofMode.length < 2) continue;
+      const [a, b] = [ofMode[0], ofMode[ofMode.length - 1]];
       const growth = (pick: (f: Figures) => number) => (pick(b.now) / pick(a.now)).toFixed(2);
-      console.log(`\ngrowth from ${a.nodes} to ${b.nodes} nodes (x${(b.nodes / a.nodes).toFixed(1)}): writes x${growth(f => f.writes)}, CPU x${growth(f => f.cpu)}, RSS x${growth(f => f.rssMiB)}, wall x${growth(f => f.wall)}`);
+      console.log(`\ninstall mode ${mode}, growth from ${a.nodes} to ${b.nodes} nodes (x${(b.nodes / a.nodes).toFixed(1)}): writes x${growth(f => f.writes)}, CPU x${growth(f => f.cpu)}, RSS x${growth(f => f.rssMiB)}, wall x${growth(f => f.wall)}`);
     }
     console.log('The controller also waits for each Job (the kubelet stand-in finishes pods every 0.5 s), records status and Events');
     console.log('and removes finished Jobs; the plain loop writes and leaves. Its peak RSS is sampled every 0.1 s.');

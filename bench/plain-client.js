@@ -1,5 +1,6 @@
 // The baseline of the controller benchmark: a plain client loop that performs only the
 // unavoidable writes, one Job and one node label patch per node and Shim, and nothing else.
+// With RCM_BENCH_MODE=agent (install mode NodeAgent), the Job is a request annotation on the node.
 // Usage: node bench/plain-client.js SERVER TOKEN CA_FILE NAMESPACE SHIMS NODE...
 const fs = require('fs');
 const https = require('https');
@@ -31,7 +32,10 @@ async function main() {
   const worker = async () => {
     while (next < work.length) {
       const [shim, node] = work[next++];
-      await request('POST', `/apis/batch/v1/namespaces/${namespace}/jobs`, {
+      if (process.env.RCM_BENCH_MODE === 'agent') {
+        await request('PATCH', `/api/v1/nodes/${node}`, { metadata: { annotations: { [`${shim}.plain.example/request`]: JSON.stringify({ name: `plain-${shim}-${node}`, operation: 'install', handler: shim }) } } },
+          'application/merge-patch+json');
+      } else await request('POST', `/apis/batch/v1/namespaces/${namespace}/jobs`, {
         apiVersion: 'batch/v1', kind: 'Job', metadata: { name: `plain-${shim}-${node}` },
         // parallelism 0: the job controller makes no pods for these, so that the controller's
         // run that follows does not share the API server with thousands of baseline pods.

@@ -2,11 +2,12 @@
 // keeps (Nodes, and the installer namespace's Jobs and pods), read as protobuf and split into
 // events, nothing decoded, nothing kept. Its CPU is what receiving the rollout's events costs
 // a Node.js process at the least; the plain loop is the writing half.
-// Usage: node bench/plain-watcher.js SERVER TOKEN CA_FILE NAMESPACE
+// Usage: node bench/plain-watcher.js SERVER TOKEN CA_FILE NAMESPACE [agent]
+// With `agent` (install mode NodeAgent), the Nodes only: the controller watches no Jobs nor pods then.
 const fs = require('fs');
 const https = require('https');
 
-const [server, token, caFile, namespace] = process.argv.slice(2);
+const [server, token, caFile, namespace, mode] = process.argv.slice(2);
 const agent = new https.Agent({ keepAlive: true, ca: fs.readFileSync(caFile) });
 let events = 0;
 
@@ -39,8 +40,10 @@ function watch(path) {
 }
 
 watch('/api/v1/nodes');
-watch(`/apis/batch/v1/namespaces/${namespace}/jobs`);
-watch(`/api/v1/namespaces/${namespace}/pods`);
+if (mode !== 'agent') {
+  watch(`/apis/batch/v1/namespaces/${namespace}/jobs`);
+  watch(`/api/v1/namespaces/${namespace}/pods`);
+}
 process.on('SIGTERM', () => {
   process.stdout.write(JSON.stringify({ events }) + '\n');
   process.exit(0);

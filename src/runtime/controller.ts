@@ -254,7 +254,7 @@ export class Controller {
     });
     const created: JobRequest[] = [];
     try {
-      for (const action of result.actions) {
+      for (const action of this.agentMode ? this.withWithdrawalsMerged(shim, result.actions) : result.actions) {
         await this.carryOut(shim, action);
         if (action.kind === 'createJob') created.push(action.job);
       }
@@ -267,6 +267,41 @@ export class Controller {
     }
     if (result.requeueAfterSeconds !== undefined) this.queue.addAfter(name, result.requeueAfterSeconds * 1000);
     this.metrics.observeRollout(name, result.status);
+  }
+
+  /**
+   * Install mode NodeAgent: a request whose outcome the pass records is withdrawn in the same
+   * node patch as the record (one write instead of two, and no moment where the request
+   * outlives its record); other withdrawals stay actions of their own.
+   */
+  private withWithdrawalsMerged(shim: ShimObject, actions: Action[]): Action[] {
+    const views = this.requestViews();
+    const byName = new Map(views.map(v => [v.name, v]));
+    const recorded = new Set(actions.filter(a => a.kind === 'writeNode').map(a => (a as Extract<Action, { kind: 'writeNode' }>).node));
+    const merged = new Map<string, string[]>(); // node -> request names withdrawn with its record
+    const rest: Action[] = [];
+    for (const action of actions) {
+      if (action.kind === 'deleteJob') {
+        const view = byName.get(action.name);
+        if (view && recorded.has(view.node)) {
+          merged.set(view.node, [...merged.get(view.node) ?? [], view.name]);
+          continue;
+        }
+      } else if (action.kind === 'deleteSucceededJobs') {
+        const batches = new Set(action.batches);
+        for (const view of views.filter(v => v.shimUid === shim.metadata.uid && v.phase === 'succeeded' && batches.has(v.batch ?? ''))) {
+          if (recorded.has(view.node)) merged.set(view.node, [...merged.get(view.node) ?? [], view.name]);
+          else rest.push({ kind: 'deleteJob', name: view.name });
+        }
+        continue;
+      }
+      rest.push(action);
+    }
+    return rest.map(action => {
+      // No tombstone: the node's next event shows the record and the withdrawal together.
+      if (action.kind !== 'writeNode' || !merged.has(action.node)) return action;
+      return { ...action, annotations: { ...action.annotations, ...withdrawPatch(shim.metadata.name) } };
+    });
   }
 
   /**
