@@ -8,6 +8,15 @@
 //
 //   npx ts-node --transpile-only -P tsconfig.json bench/installer.bench.ts [rounds]
 //   e.g. RCM_BENCH_BEFORE=9f246cb ... bench/installer.bench.ts 7
+//
+// Then payloads (RCM_BENCH_PAYLOAD_ROUNDS rounds, 3 by default; 0 skips them): the crun +
+// WasmEdge payload of the end-to-end suite (187 MB unpacked, provisioned by
+// scripts/provision.sh) and a small one (runc's shim alone, 12 MB), each installed as a payload
+// beside a shell baseline doing the same download (curl), checksum (sha256sum), unpack
+// (tar -xzf) and restart: wall time, peak RSS (the installer's own process, from a preload
+// that reads getrusage at exit; the baseline's largest process: curl, sha256sum, tar, gzip)
+// and bytes written to storage (/proc's write_bytes, with what each ran); and a larger one (the
+// same plus two more copies of its largest library, 446 MB) to see whether the RSS keeps growing.
 import { execFile, exec, execFileSync } from 'child_process';
 import { promisify } from 'util';
 import * as crypto from 'crypto';
@@ -17,14 +26,16 @@ import * as os from 'os';
 import * as path from 'path';
 import { buildSync } from 'esbuild';
 import * as tar from 'tar';
-import { startContainerd } from '../test/support/containerd-daemon';
+import { ContainerdDaemon, startContainerd } from '../test/support/containerd-daemon';
 import { NODE_24 } from '../test/support/tools';
+import { buildWasmPayload, WASM_RUNTIME_DIR } from '../test/support/wasm';
 
 const rounds = Number(process.argv[2] ?? 5);
 const BEFORE = process.env.RCM_BENCH_BEFORE;
 /** The installer runs on the images' Node.js (24), not on whatever runs this script. */
 const NODE = process.env.RCM_BENCH_NODE ?? (fs.existsSync(NODE_24) ? NODE_24 : process.execPath);
 const COMPILE_CACHE = process.env.RCM_BENCH_COMPILE_CACHE !== '0';
+const PAYLOAD_ROUNDS = Number(process.env.RCM_BENCH_PAYLOAD_ROUNDS ?? 3);
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -102,13 +113,21 @@ async function main(): Promise<void> {
   await tar.c({ gzip: true, file: path.join(work, 'shim.tgz'), cwd: path.join(work, 'shim') }, ['containerd-shim-bench-v2']);
   const artifact = fs.readFileSync(path.join(work, 'shim.tgz'));
   const sha256 = crypto.createHash('sha256').update(artifact).digest('hex');
-  const server = http.createServer((_req, res) => res.writeHead(200, { 'content-length': artifact.length }).end(artifact));
+  // shim.tgz, and the payloads' archives once they are made (served from their files).
+  const served = new Map<string, string>();
+  const server = http.createServer((req, res) => {
+    const file = served.get(path.basename(req.url ?? ''));
+    if (file === undefined) return void res.writeHead(200, { 'content-length': artifact.length }).end(artifact);
+    res.writeHead(200, { 'content-length': fs.statSync(file).size });
+    fs.createReadStream(file).pipe(res);
+  });
   await new Promise<void>(r => server.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(server.address() as any).port}/shim.tgz`;
   const daemon = await startContainerd();
   // ctr waits for the socket to appear by itself: the loop only retries a refused connection.
   const waitReady = `until ctr --address ${daemon.socket} version >/dev/null 2>&1; do sleep 0.1; done`;
 
+  let payloadReport: string[] = [];
   const rcm: Figures[] = [];
   const old: Figures[] = [];
   const base: Figures[] = [];
@@ -137,6 +156,7 @@ async function main(): Promise<void> {
       const restart = restartCommand + untilServing;
       base.push({ download, verify, restartCommand, untilServing, restart, total: download + verify + restart });
     }
+    if (PAYLOAD_ROUNDS > 0) payloadReport = await payloads({ work, installer, cacheEnv, daemon, served, base: url.replace(/\/shim\.tgz$/, '') });
   } finally {
     server.close();
     await daemon.stop();
@@ -181,6 +201,163 @@ async function main(): Promise<void> {
     + (before ? `, before ${(cell(old, 'total')! / cell(base, 'total')!).toFixed(2)}x` : ''));
   console.log('Each row is its own median (the rows need not add up). The rcm total is the wall time of the whole process;');
   console.log('the baseline has no config edit, no preflight, no lock, journal, fsyncs or rollback, and its health check is "ctr version" alone.');
+  for (const line of payloadReport) console.log(line);
+}
+
+/** One run's figures: times (ms), peak RSS (KiB), bytes written to storage. */
+interface Usage {
+  readonly ms: number;
+  readonly maxRssKiB: number;
+  readonly writeBytes: number;
+}
+
+/**
+ * Runs a shell command under a small Python parent that reports, once it ended, the largest
+ * resident set of the processes it ran (getrusage of the children) and the bytes they wrote
+ * to storage (the parent's /proc io, into which the kernel adds each reaped child's).
+ */
+async function measured(command: string): Promise<Usage> {
+  const script = [
+    'import json, resource, subprocess, sys, time',
+    't = time.monotonic()',
+    'code = subprocess.run(["bash", "-c", sys.argv[1]]).returncode',
+    'ms = (time.monotonic() - t) * 1000',
+    'io = dict(l.split(": ") for l in open("/proc/self/io").read().split("\\n") if l)',
+    'print(json.dumps({"code": code, "ms": ms, "maxRssKiB": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "writeBytes": int(io["write_bytes"])}))',
+  ].join('\n');
+  const { stdout } = await run('python3', ['-c', script, command], { maxBuffer: 1 << 20 });
+  const r = JSON.parse(stdout);
+  if (r.code !== 0) throw new Error(`baseline command failed (${r.code}): ${command}`);
+  return r;
+}
+
+/** A preload for the installer: at exit, its own peak RSS and the bytes it (and what it ran) wrote to storage. */
+const USAGE_HOOK = `const fs = require('fs');
+process.on('exit', () => {
+  const io = Object.fromEntries(fs.readFileSync('/proc/self/io', 'utf8').trim().split('\\n').map(l => l.split(': ')));
+  fs.writeFileSync(process.env.RCM_BENCH_USAGE_FILE, JSON.stringify({ maxRssKiB: process.resourceUsage().maxRSS, writeBytes: Number(io.write_bytes) }));
+});
+`;
+
+interface PayloadCase {
+  readonly name: string;
+  readonly file: string;
+  readonly sha256: string;
+  readonly archiveBytes: number;
+  readonly unpackedBytes: number;
+  readonly what: string;
+}
+
+/** The small payload: runc's shim alone, as a payload (the same code path as the large one). */
+async function smallPayload(work: string): Promise<PayloadCase> {
+  const dir = path.join(work, 'small-payload');
+  fs.mkdirSync(path.join(dir, 'bin'), { recursive: true });
+  fs.copyFileSync('/usr/bin/containerd-shim-runc-v2', path.join(dir, 'bin', 'containerd-shim-runc-v2'));
+  const file = path.join(work, 'small-payload.tgz');
+  await tar.c({ gzip: true, file, cwd: dir, portable: true }, ['bin']);
+  const data = fs.readFileSync(file);
+  return {
+    name: 'small', file, sha256: crypto.createHash('sha256').update(data).digest('hex'), archiveBytes: data.length,
+    unpackedBytes: fs.statSync(path.join(dir, 'bin', 'containerd-shim-runc-v2')).size, what: 'runc\'s shim alone',
+  };
+}
+
+/**
+ * A larger one, to see whether the peak RSS keeps growing: the crun + WasmEdge payload with
+ * two more copies of its largest library (lib/extra-1, lib/extra-2).
+ */
+async function largerPayload(work: string): Promise<PayloadCase> {
+  const dir = path.join(work, 'larger-payload');
+  fs.cpSync(WASM_RUNTIME_DIR, dir, { recursive: true, verbatimSymlinks: true });
+  fs.copyFileSync('/usr/bin/containerd-shim-runc-v2', path.join(dir, 'bin', 'containerd-shim-runc-v2'));
+  for (const extra of ['extra-1', 'extra-2']) fs.copyFileSync(path.join(dir, 'lib', 'libLLVM.so.19.1'), path.join(dir, 'lib', extra));
+  const file = path.join(work, 'larger-payload.tgz');
+  await tar.c({ gzip: true, file, cwd: dir, portable: true }, fs.readdirSync(dir).sort());
+  const unpackedBytes = fs.readdirSync(dir, { recursive: true }).map(String)
+    .map(f => fs.lstatSync(path.join(dir, f))).filter(st => st.isFile()).reduce((sum, st) => sum + st.size, 0);
+  fs.rmSync(dir, { recursive: true, force: true });
+  const data = fs.readFileSync(file);
+  return {
+    name: 'crun + WasmEdge + 2 x libLLVM', file, sha256: crypto.createHash('sha256').update(data).digest('hex'), archiveBytes: data.length,
+    unpackedBytes, what: 'the same with two more copies of libLLVM.so.19.1',
+  };
+}
+
+/** The payload installs and their baselines; returns the report's lines (printed after the main table). */
+async function payloads(ctx: { work: string; installer: string; cacheEnv: Record<string, string>; daemon: ContainerdDaemon;
+  served: Map<string, string>; base: string; }): Promise<string[]> {
+  const { work, installer, cacheEnv, daemon, served, base } = ctx;
+  if (!fs.existsSync(path.join(WASM_RUNTIME_DIR, 'bin', 'crun'))) return [`\npayloads: skipped, ${WASM_RUNTIME_DIR} is missing (run scripts/provision.sh)`];
+  const report: string[] = [];
+  const console = { log: (line: string) => report.push(line) };
+  const wasm = await buildWasmPayload(path.join(work, 'crun-wasmedge.tgz'));
+  const cases: PayloadCase[] = [
+    await smallPayload(work),
+    { name: 'crun + WasmEdge', file: wasm.file, sha256: wasm.sha256, archiveBytes: wasm.archiveBytes, unpackedBytes: wasm.unpackedBytes,
+      what: `${wasm.files} files and ${wasm.links} links` },
+    await largerPayload(work),
+  ];
+  const hook = path.join(work, 'usage-hook.js');
+  fs.writeFileSync(hook, USAGE_HOOK);
+  const waitReady = `until ctr --address ${daemon.socket} version >/dev/null 2>&1; do sleep 0.1; done`;
+  const mb = (bytes: number) => (bytes / 1e6).toFixed(1);
+  const mib = (kib: number) => (kib / 1024).toFixed(0);
+  const summary: string[] = [];
+
+  for (const c of cases) {
+    const name = path.basename(c.file);
+    served.set(name, c.file);
+    const url = `${base}/${name}`;
+    const rcm: Array<Figures & { maxRssKiB: number; writeBytes: number }> = [];
+    const shell: Array<Figures & { maxRssKiB: number; writeBytes: number }> = [];
+    for (let i = 0; i < PAYLOAD_ROUNDS; i++) {
+      const resultFile = path.join(work, 'payload-result.json');
+      const usageFile = path.join(work, 'payload-usage.json');
+      const args = ['--host-root=/', `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`, `--config=${daemon.config}`,
+        `--socket=${daemon.socket}`, '--distro=containerd', '--restart=command', `--restart-command=${daemon.restartCommand}`,
+        '--handler=benchpayload', `--result-file=${resultFile}`];
+      const env = { ...process.env, ...(COMPILE_CACHE ? cacheEnv : {}), RCM_BENCH_USAGE_FILE: usageFile };
+      const wall = await timed(() => run(NODE, ['-r', hook, installer, 'install', `--location=${url}`, `--sha256=${c.sha256}`,
+        '--payload-shim=bin/containerd-shim-runc-v2', '--runtime-type=io.containerd.runc.v2', '--runtime-option=BinaryName=${PAYLOAD}/bin/crun',
+        ...args], { env }));
+      const result = JSON.parse(fs.readFileSync(resultFile, 'utf8'));
+      if (result.outcome !== 'installed') throw new Error(`the payload install ended ${result.outcome}: ${JSON.stringify(result)}`);
+      rcm.push({ ...phases(wall, result.timings), ...JSON.parse(fs.readFileSync(usageFile, 'utf8')) });
+      await run(NODE, [installer, 'uninstall', ...args], { env });
+
+      const dir = path.join(work, `payload-baseline-${i}`);
+      fs.mkdirSync(path.join(dir, 'payload'), { recursive: true });
+      const download = await measured(`curl -sf ${url} -o ${dir}/payload.tgz`);
+      const verify = await measured(`echo "${c.sha256}  ${dir}/payload.tgz" | sha256sum -c - >/dev/null && tar -xzf ${dir}/payload.tgz -C ${dir}/payload`);
+      // The restart as the table above times it (the processes doing it are containerd's, not the baseline's).
+      const restart = await timed(() => sh(daemon.restartCommand)) + await timed(() => sh(waitReady));
+      shell.push({
+        download: download.ms, verify: verify.ms, restart, total: download.ms + verify.ms + restart,
+        maxRssKiB: Math.max(download.maxRssKiB, verify.maxRssKiB),
+        writeBytes: download.writeBytes + verify.writeBytes,
+      });
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    const med = (rows: Array<Record<string, number>>, key: string) => median(rows.map(r => r[key]).filter(v => v !== undefined && !Number.isNaN(v)));
+    console.log(`\npayload ${c.name} (${c.what}): ${mb(c.archiveBytes)} MB archive, ${mb(c.unpackedBytes)} MB unpacked; `
+      + `median of ${PAYLOAD_ROUNDS} installs, installer on Node.js ${execFileSync(NODE, ['--version'], { encoding: 'utf8' }).trim()}`);
+    console.log(`${'figure'.padEnd(26)}${'rcm'.padStart(10)}${'baseline'.padStart(10)}${'ratio'.padStart(8)}   what`);
+    const line = (label: string, a: number, b: number | undefined, what: string, digits = 0) =>
+      console.log(`${label.padEnd(26)}${a.toFixed(digits).padStart(10)}${(b === undefined ? '-' : b.toFixed(digits)).padStart(10)}`
+        + `${(b ? `${(a / b).toFixed(2)}x` : '-').padStart(8)}   ${what}`);
+    line('download (ms)', med(rcm, 'download'), med(shell, 'download'), 'rcm: to its scratch file, hashed as it arrives; baseline: curl');
+    line('verify and unpack (ms)', med(rcm, 'verify'), med(shell, 'verify'), 'rcm: archive checks, extraction, tree digest; baseline: sha256sum, tar -xzf');
+    line('other (ms)', med(rcm, 'other'), undefined, 'rcm: the copy to the host with its fsyncs and digest, config, journal, state');
+    line('restart (ms)', med(rcm, 'restart'), med(shell, 'restart'), 'restart command and until containerd serves');
+    line('total (ms)', med(rcm, 'total'), med(shell, 'total'), 'wall time');
+    line('peak RSS (MiB)', med(rcm, 'maxRssKiB') / 1024, med(shell, 'maxRssKiB') / 1024, 'rcm: the installer process; baseline: its largest process');
+    line('written to storage (MB)', med(rcm, 'writeBytes') / 1e6, med(shell, 'writeBytes') / 1e6,
+      'write_bytes; rcm: scratch download and extraction, then the host copy', 1);
+    summary.push(`${c.name} ${mb(c.unpackedBytes)} MB: rcm ${mib(med(rcm, 'maxRssKiB'))} MiB (baseline ${mib(med(shell, 'maxRssKiB'))} MiB)`);
+    served.delete(name);
+  }
+  console.log(`\npeak RSS of the installer by payload size: ${summary.join('; ')}`);
+  return report;
 }
 
 void main().catch(e => { console.error(e); process.exit(1); });
