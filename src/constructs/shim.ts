@@ -10,6 +10,13 @@ import {
   ShimSpecRuntimeClassOverheadPodFixed,
 } from '../../imports/runtime.spinkube.dev';
 import { ShimNodeLabels } from '../shared/node-labels';
+
+/** The labels of every Shim (those the manager's other objects carry, and the component). */
+const SHIM_LABELS = {
+  'app.kubernetes.io/name': 'runtime-class-manager',
+  'app.kubernetes.io/part-of': 'runtime-class-manager',
+  'app.kubernetes.io/component': 'shim',
+};
 import { artifactUrlProblem, isAnnotationGlob, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isRuntimeType, isSha256, isSnapshotterName, nodeArch, runtimeOptionKeyProblem } from '../shared/validation';
 
 /** A shim artifact for one node platform. */
@@ -178,8 +185,10 @@ export interface ShimConstructProps {
   readonly createRuntimeClass?: boolean;
   /**
    * Labels of the Shim and its RuntimeClass (the RuntimeClass gets them through
-   * `spec.runtimeClass.labels`).
-   * @default - none
+   * `spec.runtimeClass.labels`). The Shim also carries `app.kubernetes.io/name` and
+   * `app.kubernetes.io/part-of: runtime-class-manager` and `app.kubernetes.io/component: shim`,
+   * as the manager's other objects do.
+   * @default - none beyond those
    */
   readonly labels?: { [key: string]: string };
   /**
@@ -269,7 +278,9 @@ export class ShimConstruct extends Construct {
     this.resource = new Shim(this, 'Resource', {
       metadata: {
         name: this.name,
-        labels: props.labels,
+        // The labels every object of the manager has, so that `kubectl apply --prune -l` and
+        // selection by label take the Shims too; the user's own beside them.
+        labels: { ...props.labels, ...SHIM_LABELS },
         annotations: {
           ...props.annotations,
           [ArgoCd.SYNC_WAVE_ANNOTATION]: syncWave,

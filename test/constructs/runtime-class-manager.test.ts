@@ -275,7 +275,16 @@ describe('RuntimeClassManager', () => {
       expect(o.metadata.labels).toMatchObject({ team: 'platform' });
       expect(o.metadata.annotations).toMatchObject({ 'example.com/owner': 'platform' });
     }
-    expect(objects.find(o => o.kind === 'Shim').metadata.labels).toEqual({ team: 'platform', tier: 'wasm' });
+    expect(objects.find(o => o.kind === 'Shim').metadata.labels).toEqual({
+      'team': 'platform',
+      'tier': 'wasm',
+      // the labels every object of the manager has: prune and selection by label take the Shims too
+      'app.kubernetes.io/name': 'runtime-class-manager',
+      'app.kubernetes.io/part-of': 'runtime-class-manager',
+      'app.kubernetes.io/component': 'shim',
+    });
+    // AND one selector finds every object of the manager, the Shims included
+    expect(objects.filter(o => o.metadata.labels?.['app.kubernetes.io/part-of'] === 'runtime-class-manager').length).toBe(objects.length);
     // AND the namespaced objects go to the Chart's namespace, the cluster-scoped ones carry none
     const namespaced = ['ServiceAccount', 'Role', 'RoleBinding', 'Deployment', 'Service', 'PodDisruptionBudget', 'NetworkPolicy'];
     for (const o of objects) expect([o.kind, o.metadata.namespace]).toEqual([o.kind, namespaced.includes(o.kind) ? 'platform-system' : undefined]);

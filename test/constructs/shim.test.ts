@@ -124,7 +124,12 @@ describe('ShimConstruct', () => {
     // WHEN the controller writes the RuntimeClass
     const { objects, spec } = synthShim(props);
     // THEN the Shim carries them all, with the prop's sync wave
-    expect(objects[0].metadata.labels).toEqual({ team: 'platform' });
+    expect(objects[0].metadata.labels).toEqual({
+      'team': 'platform',
+      'app.kubernetes.io/name': 'runtime-class-manager',
+      'app.kubernetes.io/part-of': 'runtime-class-manager',
+      'app.kubernetes.io/component': 'shim',
+    });
     expect(objects[0].metadata.annotations).toMatchObject({ 'example.com/owner': 'wasm', 'argocd.argoproj.io/sync-wave': '-5', 'runtime.spinkube.dev/retry': '1' });
     // AND its RuntimeClass gets the labels and the annotations that mean something there
     expect(spec.runtimeClass.labels).toEqual({ team: 'platform' });
