@@ -186,8 +186,12 @@ function finishAgentRequests(admin: Rest): () => void {
       const result = { name: r.name, phase: r.phase, startedAt: r.startedAt, ...(r.phase === 'succeeded' ? { finishedAt: now, result: { outcome: 'installed', exitCode: 0 } } : {}) };
       if (r.phase === 'running') due.set(id, { ...r, phase: 'succeeded' });
       else { due.delete(id); answered.set(id, r.name); }
+      // A write the API server refused (429 under load) is sent again at the next tick, as an agent retries.
       void admin.request('PATCH', `/api/v1/nodes/${r.node}`, { metadata: { annotations: { [`${r.shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify(result) } } },
-        'application/merge-patch+json').catch(() => undefined);
+        'application/merge-patch+json').catch(() => {
+        if (answered.get(id) === r.name) answered.delete(id);
+        if (!due.has(id) || due.get(id)!.name === r.name) due.set(id, r);
+      });
     }
   }, 500);
   return () => { stopped = true; clearInterval(timer); watch?.stop(); };

@@ -133,8 +133,21 @@ export class NodeAgent {
     return new Installer(options as InstallerOptions, this.log, true).run();
   }
 
+  /**
+   * Writes a result, trying again a few times (the API server may refuse a write under load:
+   * 429). A result that never arrives is not lost for good: the request still shows no outcome,
+   * and the next event of the node runs it again (an installed handler is then `unchanged`).
+   */
   private async report(shim: string, result: AgentResult): Promise<void> {
-    await this.kube.mergePatch(this.nodePath, { metadata: { annotations: { [resultKey(shim)]: JSON.stringify(result) } } });
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.kube.mergePatch(this.nodePath, { metadata: { annotations: { [resultKey(shim)]: JSON.stringify(result) } } });
+        return;
+      } catch (e) {
+        if (attempt >= 5 || isNotFound(e)) throw e;
+        await new Promise(res => setTimeout(res, 200 * 2 ** attempt));
+      }
+    }
   }
 
   /**
