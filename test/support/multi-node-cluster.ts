@@ -43,13 +43,14 @@ export interface UnitEvent {
   readonly at: number;
   /**
    * - `start`: a NodeHost's supervisor started the unit's script (a refused start too); on a
-   *   systemd node, systemd's start job succeeded ("Started <unit>").
+   *   systemd node, containerd's daemon booted ("containerd successfully booted", at the time it
+   *   logged), or for another unit systemd's start job succeeded ("Started <unit>").
    * - `exit`: the unit's process ended (on a systemd node: its main or a start-up process
    *   exited, or it was deactivated).
    * - `failed`: systemd's start job failed ("Failed to start <unit>"; systemd nodes only).
    */
   readonly event: 'start' | 'exit' | 'failed';
-  /** The process (NodeHost); 0 on a systemd node. */
+  /** The process (NodeHost; on a systemd node containerd's daemon for its starts, else 0). */
   readonly pid: number;
 }
 
@@ -294,23 +295,40 @@ function customConfig(defaults17: string): string {
 /** The node's systemd journal of a unit this boot, as JSON entries. */
 function journalEntries(node: SystemdNode, unit: string): Record<string, string>[] {
   const out = node.exec(['journalctl', '-b', '-u', unit.includes('.') ? unit : `${unit}.service`, '-o', 'json', '--no-pager',
-    '--output-fields=MESSAGE,JOB_TYPE,JOB_RESULT,UNIT,_PID']);
+    '--output-fields=MESSAGE,JOB_TYPE,JOB_RESULT,UNIT,_PID,_COMM']);
   return out.split('\n').filter(Boolean).map(l => JSON.parse(l));
 }
 
-/** Starts and ends of a unit from systemd's own journal lines about it (PID 1's). */
+/**
+ * Starts and ends of a unit from its journal. systemd's own lines about the unit (PID 1's) say
+ * when a start job succeeded or failed and when a process of the unit exited; but PID 1 drops a
+ * line when journald does not take it within 10 ms (its socket's send timeout), which happens
+ * here under load (a "Started containerd.service" was missing while containerd had booted and
+ * served). So containerd's starts are counted from the daemon's own "containerd successfully
+ * booted" lines, which reach journald through its output stream and are never dropped, at the
+ * time the daemon wrote in them.
+ */
 function systemdUnitEvents(node: SystemdNode, unit: string): UnitEvent[] {
   const name = unit.includes('.') ? unit : `${unit}.service`;
   const events: UnitEvent[] = [];
   for (const e of journalEntries(node, unit)) {
+    const message = typeof e.MESSAGE === 'string' ? e.MESSAGE : '';
+    if (name === 'containerd.service' && e._COMM === 'containerd' && message.includes('containerd successfully booted')) {
+      const logged = Date.parse(/time="([^"]+)"/.exec(message)?.[1] ?? '');
+      events.push({ at: Number.isNaN(logged) ? Number(e.__REALTIME_TIMESTAMP) / 1000 : logged, event: 'start', pid: Number(e._PID) });
+      continue;
+    }
     if (e._PID !== '1' || e.UNIT !== name) continue;
     const at = Number(e.__REALTIME_TIMESTAMP) / 1000;
-    const message = typeof e.MESSAGE === 'string' ? e.MESSAGE : '';
-    if (e.JOB_TYPE === 'start' && e.JOB_RESULT === 'done') events.push({ at, event: 'start', pid: 0 });
-    else if (e.JOB_TYPE === 'start' && e.JOB_RESULT === 'failed') events.push({ at, event: 'failed', pid: 0 });
-    else if (/: (Main|Control) process exited|: Deactivated successfully/.test(message)) events.push({ at, event: 'exit', pid: 0 });
+    if (e.JOB_TYPE === 'start' && e.JOB_RESULT === 'done') {
+      if (name !== 'containerd.service') events.push({ at, event: 'start', pid: 0 });
+    } else if (e.JOB_TYPE === 'start' && e.JOB_RESULT === 'failed') {
+      events.push({ at, event: 'failed', pid: 0 });
+    } else if (/: (Main|Control) process exited|: Deactivated successfully/.test(message)) {
+      events.push({ at, event: 'exit', pid: 0 });
+    }
   }
-  return events;
+  return events.sort((x, y) => x.at - y.at);
 }
 
 function systemdAccess(node: SystemdNode): NodeAccess {
@@ -383,13 +401,15 @@ async function startSystemdClusterNode(controlPlane: ControlPlane, name: string,
     logTails: (lines = 30) => [
       `--- ${name}: kubelet.service (journal, last ${lines} lines) ---\n${journalTail('kubelet', lines)}`,
       `--- ${name}: containerd.service (journal, last ${lines} lines) ---\n${journalTail('containerd', lines)}`,
-      `--- ${name}: containerd.service starts and ends ---\n${(() => {
+      `--- ${name}: containerd.service starts and ends (events) ---\n${(() => {
         try {
-          return systemdUnitEvents(sd, 'containerd').slice(-12).map(e => `${new Date(e.at).toISOString()} ${e.event}`).join('\n');
+          return systemdUnitEvents(sd, 'containerd').slice(-12).map(e => `${new Date(e.at).toISOString()} ${e.event}${e.pid ? ` ${e.pid}` : ''}`).join('\n');
         } catch (e) {
           return String(e);
         }
       })()}`,
+      `--- ${name}: systemd's lines about containerd.service (last 16) ---\n${sd.tryExec(['sh', '-c',
+        'journalctl -b -u containerd -o short-precise --no-pager | grep -v " containerd\\[" | tail -n 16']).stdout}`,
     ].join('\n'),
   };
   const stop = async () => {
