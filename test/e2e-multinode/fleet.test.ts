@@ -202,7 +202,7 @@ async function getNode(name: string): Promise<any> {
  * program its parent runs (the shim that started it: argv[0], the path containerd ran) to its
  * termination message (see runtimeOf).
  */
-function pod(name: string, command: string, options: { runtimeClassName?: string; nodeName?: string } = {}): object {
+function pod(name: string, command: string, options: { runtimeClassName?: string; nodeName?: string; restartPolicy?: 'Never' | 'OnFailure' } = {}): object {
   const reportShim = 'read -r -d "" shim < /proc/$PPID/cmdline; echo "$shim" > /dev/termination-log';
   return {
     apiVersion: 'v1',
@@ -211,7 +211,7 @@ function pod(name: string, command: string, options: { runtimeClassName?: string
     spec: {
       hostNetwork: true,
       hostPID: true,
-      restartPolicy: 'Never',
+      restartPolicy: options.restartPolicy ?? 'Never',
       terminationGracePeriodSeconds: 1,
       ...(options.runtimeClassName ? { runtimeClassName: options.runtimeClassName } : {}),
       ...(options.nodeName ? { nodeSelector: { 'kubernetes.io/hostname': options.nodeName } } : {}),
@@ -469,6 +469,7 @@ beforeAll(async () => {
   server = await startArtifactServer();
   for (const v of ['v1', 'v2', 'v3', 'v4']) await publish(v, HANDLER);
   await publish('v5', NEXT_HANDLER);
+  for (const w of WAVE) await publish(w, w);
   for (const n of cluster.nodes) {
     const minor = Number(/ v?1\.(\d+)\./.exec(n.host.run([n.containerd, '--version']))?.[1]);
     runtimePathHonoured[n.name] = minor >= 7;
@@ -666,6 +667,9 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
 });
 
 const FLEET = { [FLEET_LABEL]: 'true' };
+/** The six Shims of the wave step: each its own handler, artifact and RuntimeClass (all named alike). */
+const WAVE = ['wave-1', 'wave-2', 'wave-3', 'wave-4', 'wave-5', 'wave-6'];
+const WAVE_LABEL = 'e2e.rcm.dev/wave';
 
 /** Runs a pod of the Shim's RuntimeClass pinned to a node, and an ordinary one; returns the runtime of the first. */
 async function serves(n: string, tag: string): Promise<string> {
@@ -952,4 +956,134 @@ step('scenario 5: deselecting a node, then deleting the Shim, uninstall one node
     expect(Object.keys(labels).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
   }
   await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
+});
+
+step('six Shims applied at once: every node restarts containerd once per wave (its journal), pods under all six handlers run, pods created while the wave lands start', async () => {
+  // Every property is checked and what fails is listed at the end, with what each node did.
+  const problems: string[] = [];
+  const check = (ok: boolean, problem: string) => void (ok || problems.push(problem));
+  // GIVEN every node selected by six Shims' selector, and no Shim left from the steps before
+  for (const n of cluster.nodes) label(n.name, WAVE_LABEL, 'true');
+  // (the Shim kind is not served yet when this step runs alone: `-t "six Shims"`)
+  expect((await api.get(SHIMS).catch((e: any) => (e.code === 404 ? { items: [] } : Promise.reject(e)))).items).toEqual([]);
+  const limitHitsBefore = Object.fromEntries(cluster.nodes.map(n => [n.name, n.systemd?.startLimitHits('containerd') ?? 0]));
+  const watch = await InstallerPods.from();
+  const since = Date.now();
+  // WHEN the app gets six Shims at once (each rolling one node at a time, the app's default here)
+  apply(WAVE.map(w => ({ name: w, version: w, selector: { [WAVE_LABEL]: 'true' } })), 2);
+  // AND ordinary pods keep being created on every node while the wave lands. They restart on
+  // failure, as a Job's or a Deployment's do: a container whose start the kubelet asked for as
+  // containerd stopped fails ("transport is closing", RunContainerError), and a pod with
+  // restartPolicy Never ends Failed then (seen once in 17 such pods, on B). The kubelet's retry
+  // must then start it.
+  const during: { name: string; node: string; at: number }[] = [];
+  // (the installers' logs, kept as they go: the kubelet removes them with their pods)
+  const installerLogs = new Map<string, string>();
+  const collectInstallerLogs = () => {
+    for (const n of cluster.nodes) {
+      const out = n.host.tryRun(['sh', '-c', `for f in /var/log/pods/${NS}_rcm-wave-*/installer/*.log; do [ -f "$f" ] && echo "=== $f" && cat "$f"; done; true`]).stdout;
+      for (const part of out.split('=== ').filter(Boolean)) {
+        const file = part.slice(0, part.indexOf('\n'));
+        installerLogs.set(`${n.name} ${file}`, part.slice(part.indexOf('\n') + 1));
+      }
+    }
+  };
+  const installerLogsOf = (node: string) => [...installerLogs].filter(([k]) => k.startsWith(`${node} `))
+    .map(([k, v]) => `--- ${k}\n${v.split('\n').map(l => l.replace(/^\S+ std(err|out) F /, '').slice(0, 300)).join('\n')}`).join('\n');
+  for (let i = 0; ; i++) {
+    await watch.poll();
+    if (i % 2 === 0) collectInstallerLogs();
+    if (i % 4 === 0) {
+      const node = cluster.nodes[during.length % cluster.nodes.length].name;
+      const name = `wave-during-${during.length}`;
+      during.push({ name, node, at: Date.now() });
+      await createPod(pod(name, 'true', { nodeName: node, restartPolicy: 'OnFailure' }));
+    }
+    const shims = await Promise.all(WAVE.map(w => getShim(w).catch(() => undefined)));
+    if (shims.every(s => condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3)) break;
+    if (Date.now() - since > 240_000) throw new Error('the six Shims were not Ready on the three nodes within 240 s');
+    await sleep(250);
+  }
+  await watch.poll();
+  collectInstallerLogs();
+  const took = Date.now() - since;
+  const installs = watch.of({ operation: 'install' }).filter(p => WAVE.includes(p.shim));
+  const describe = (p: InstallerPod) => `${p.shim} attempt ${p.attempt} ${p.reason ?? p.phase} `
+    + `${p.started ? new Date(p.started).toISOString().slice(11, 19) : '-'}..${p.finished ? new Date(p.finished).toISOString().slice(11, 19) : '-'}`;
+  // THEN each node has the six handlers, and restarted containerd once for all of them: the
+  // start its journal (A, B: containerd's boots) or the k3s unit's log (C) shows falls within
+  // every one of its installers' runs
+  const report: string[] = [];
+  for (const n of cluster.nodes) {
+    const own = installs.filter(p => p.node === n.name).sort((x, y) => (x.started ?? 0) - (y.started ?? 0));
+    const starts = containerdStarts(n, since);
+    const completed = new Set(own.filter(p => p.reason === 'Completed').map(p => p.shim));
+    report.push(`${n.name}: ${starts.length} containerd start(s) (${starts.map(t => new Date(t).toISOString().slice(11, 23)).join(', ')})`
+      + ` for ${own.length} installer pods:\n  ${own.map(describe).join('\n  ')}`);
+    check(WAVE.every(w => completed.has(w)), `${n.name}: installs completed only for ${[...completed].sort().join(' ')}`);
+    check(starts.length === 1, `${n.name}: containerd started ${starts.length} times in the install wave (at most once wanted)`);
+    const ran = own.filter(p => p.reason === 'Completed');
+    check(starts.length === 0 || ran.every(p => starts[0] >= p.started! - 1000 && starts[0] <= p.finished! + 1000),
+      `${n.name}: its first restart is not within every completed installer's run`);
+    // AND on the systemd nodes no start failed and the start limit never refused one; the unit runs
+    if (n.systemd) {
+      check(n.host.unitEvents('containerd').filter(e => e.event === 'failed' && e.at > since).length === 0, `${n.name}: a start of containerd failed`);
+      check(n.systemd.startLimitHits('containerd') === limitHitsBefore[n.name], `${n.name}: start-limit-hit`);
+      check(n.systemd.unitState('containerd').activeState === 'active', `${n.name}: containerd.service is ${n.systemd.unitState('containerd').activeState}`);
+    }
+    // AND every handler is in the node's effective config
+    const handlers = handlersOf(n.configDump());
+    for (const w of WAVE) check(handlers[w]?.runtime_path === installedBinary(w), `${n.name}: ${w} not in the effective config`);
+    if (starts.length !== 1) report.push(`${n.name}: its installers' logs:\n${installerLogsOf(n.name)}`);
+  }
+  process.stdout.write(`wave of six installs, Ready on three nodes in ${(took / 1000).toFixed(1)} s:\n${report.join('\n')}\n`);
+  // AND the pods created while the wave landed all ran, some of them while installers ran on their node
+  const whileInstalling = during.filter(d => installs.some(p => p.node === d.node && p.started && p.finished && p.started - 1000 <= d.at && d.at <= p.finished + 1000));
+  for (const n of cluster.nodes) check(whileInstalling.some(d => d.node === n.name), `${n.name}: no pod was created while its installers ran`);
+  const retried: string[] = [];
+  for (const d of during) {
+    const done = await podWhen(d.name, ['Succeeded', 'Failed']);
+    check(done.status.phase === 'Succeeded', `pod ${d.name} created on ${d.node} during the wave ended ${done.status.phase}`);
+    if (done.status.containerStatuses[0].restartCount > 0) retried.push(`${d.name}@${d.node} (${done.status.containerStatuses[0].restartCount})`);
+  }
+  process.stdout.write(`pods created during the wave: ${during.length}; while installers ran on their node: ${whileInstalling.map(d => `${d.name}@${d.node}`).join(' ')};`
+    + ` started again by the kubelet: ${retried.join(' ') || 'none'}\n`);
+  // AND a pod of each of the six handlers runs on every node, under that handler
+  for (const n of cluster.nodes) for (const w of WAVE) await createPod(pod(`${w}-on-${n.name}`, 'true', { runtimeClassName: w, nodeName: n.name }));
+  for (const n of cluster.nodes) {
+    for (const w of WAVE) {
+      const done = await podWhen(`${w}-on-${n.name}`, ['Succeeded', 'Failed']);
+      check(done.status.phase === 'Succeeded', `pod of ${w} on ${n.name} ended ${done.status.phase}`);
+      if (done.status.phase !== 'Succeeded') continue;
+      check(handlerOf(done) === w, `pod of ${w} on ${n.name} ran under handler ${handlerOf(done)}`);
+      check(runtimeOf(done) === shimServing(n.name, w), `pod of ${w} on ${n.name} ran under ${runtimeOf(done)}`);
+    }
+  }
+  await deleteWorkloads();
+
+  // WHEN the six Shims are deleted at once
+  const uninstallWatch = await InstallerPods.from();
+  const deletedAt = Date.now();
+  cluster.controlPlane.kubectl(['delete', 'shim', ...WAVE, '--wait=false']);
+  await eventually(async () => {
+    await uninstallWatch.poll();
+    return (await api.get(SHIMS)).items.length === 0;
+  }, 240_000, diagnostics);
+  await uninstallWatch.poll();
+  // THEN each node restarted containerd once for its six uninstalls, and is as it started
+  const uninstalls = uninstallWatch.of({ operation: 'uninstall' }).filter(p => WAVE.includes(p.shim));
+  const uninstallReport: string[] = [];
+  for (const n of cluster.nodes) {
+    const own = uninstalls.filter(p => p.node === n.name).sort((x, y) => (x.started ?? 0) - (y.started ?? 0));
+    const starts = containerdStarts(n, deletedAt);
+    uninstallReport.push(`${n.name}: ${starts.length} containerd start(s) for ${own.length} uninstaller pods:\n  ${own.map(describe).join('\n  ')}`);
+    check(new Set(own.map(p => p.shim)).size === WAVE.length, `${n.name}: uninstallers ran only for ${[...new Set(own.map(p => p.shim))].sort().join(' ')}`);
+    check(starts.length === 1, `${n.name}: containerd started ${starts.length} times in the uninstall wave (at most once wanted)`);
+    if (n.systemd) check(n.systemd.startLimitHits('containerd') === limitHitsBefore[n.name], `${n.name}: start-limit-hit in the uninstall wave`);
+    check(n.configDump() === start[n.name].dump, `${n.name}: effective config not as it started`);
+    check(n.host.read(n.editedConfig) === start[n.name].edited, `${n.name}: ${n.editedConfig} not as it started`);
+  }
+  process.stdout.write(`wave of six uninstalls in ${((Date.now() - deletedAt) / 1000).toFixed(1)} s:\n${uninstallReport.join('\n')}\n`);
+  for (const n of cluster.nodes) label(n.name, WAVE_LABEL, null);
+  expect(problems).toEqual([]);
 });
