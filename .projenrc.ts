@@ -142,7 +142,7 @@ project.addTask('e2e', {
   exec: 'bash scripts/provision.sh && jest --ci --runInBand --coverage=false --testPathIgnorePatterns /node_modules/ --testMatch "<rootDir>/test/e2e/**/*.test.ts"',
 });
 project.addTask('e2e:multinode', {
-  description: 'End-to-end suite on three real nodes on one machine (own namespaces, containerd 1.6, 1.7 and a k3s-shaped node; root required)',
+  description: 'End-to-end suite on three real nodes on one machine (two boot systemd with Debian\'s containerd.service, containerd 1.6 and 1.7; a k3s-shaped node; root required)',
   exec: 'bash scripts/provision.sh && jest --ci --runInBand --coverage=false --testPathIgnorePatterns /node_modules/ --testMatch "<rootDir>/test/e2e-multinode/**/*.test.ts"',
 });
 project.addTask('images', {

@@ -1035,6 +1035,8 @@ step('six Shims applied at once: every node restarts containerd once per wave (i
     const handlers = handlersOf(n.configDump());
     for (const w of WAVE) check(handlers[w]?.runtime_path === installedBinary(w), `${n.name}: ${w} not in the effective config`);
     if (starts.length !== 1) report.push(`${n.name}: its installers' logs:\n${installerLogsOf(n.name)}`);
+    // (systemd's own "Started" lines against containerd's boots this boot: PID 1 may drop a line under load)
+    if (n.systemd) report.push(`${n.name}: this boot, systemd's "Started containerd.service" lines: ${n.systemd.startsOf('containerd')}, containerd's boots: ${containerdStarts(n, 0).length}`);
   }
   process.stdout.write(`wave of six installs, Ready on three nodes in ${(took / 1000).toFixed(1)} s:\n${report.join('\n')}\n`);
   // AND the pods created while the wave landed all ran, some of them while installers ran on their node
