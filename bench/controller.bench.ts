@@ -151,18 +151,39 @@ function finishInstallers(admin: Rest): () => void {
  * learnt from a watch of the Nodes (one watch here; each real agent watches its own node).
  */
 function finishAgentRequests(admin: Rest): () => void {
-  const answered = new Map<string, string>(); // `${node} ${shim}` -> request name answered as succeeded
-  const due = new Map<string, { node: string; shim: string; name: string; phase: 'running' | 'succeeded'; startedAt: string }>();
+  const taken = new Map<string, string>(); // `${node} ${shim}` -> the request name being answered or answered
   let stopped = false;
   let watch: { stop: () => void } | undefined;
+  const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
+  // One agent's writes are in order: `running`, then the outcome (sent at once, they could
+  // arrive the other way round on a loaded API server and leave the request `running`).
+  const answer = async (node: string, shim: string, name: string) => {
+    const startedAt = new Date().toISOString();
+    const write = async (result: object) => {
+      for (;;) {
+        try {
+          await admin.request('PATCH', `/api/v1/nodes/${node}`, { metadata: { annotations: { [`${shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify(result) } } },
+            'application/merge-patch+json');
+          return;
+        } catch (e: any) {
+          if (stopped || e.code === 404) return;
+          await sleep(500); // refused under load (429): again, as an agent does
+        }
+      }
+    };
+    await write({ name, phase: 'running', startedAt });
+    await sleep(500);
+    await write({ name, phase: 'succeeded', startedAt, finishedAt: new Date().toISOString(), result: { outcome: 'installed', exitCode: 0 } });
+  };
   const onNode = (node: any) => {
     for (const [key, text] of Object.entries<string>(node.metadata?.annotations ?? {})) {
       if (!key.endsWith('.shim.runtime.spinkube.dev/request')) continue;
       const shim = key.slice(0, -'.shim.runtime.spinkube.dev/request'.length);
       const name = JSON.parse(text).name as string;
       const id = `${node.metadata.name} ${shim}`;
-      if (answered.get(id) === name || due.get(id)?.name === name) continue;
-      due.set(id, { node: node.metadata.name, shim, name, phase: 'running', startedAt: new Date().toISOString() });
+      if (taken.get(id) === name) continue;
+      taken.set(id, name);
+      void answer(node.metadata.name, shim, name);
     }
   };
   void (async () => {
@@ -176,25 +197,11 @@ function finishAgentRequests(admin: Rest): () => void {
         watch = w;
         await w.done;
       } catch {
-        await new Promise(r => setTimeout(r, 500));
+        await sleep(500);
       }
     }
   })();
-  const timer = setInterval(() => {
-    const now = new Date().toISOString();
-    for (const [id, r] of [...due]) {
-      const result = { name: r.name, phase: r.phase, startedAt: r.startedAt, ...(r.phase === 'succeeded' ? { finishedAt: now, result: { outcome: 'installed', exitCode: 0 } } : {}) };
-      if (r.phase === 'running') due.set(id, { ...r, phase: 'succeeded' });
-      else { due.delete(id); answered.set(id, r.name); }
-      // A write the API server refused (429 under load) is sent again at the next tick, as an agent retries.
-      void admin.request('PATCH', `/api/v1/nodes/${r.node}`, { metadata: { annotations: { [`${r.shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify(result) } } },
-        'application/merge-patch+json').catch(() => {
-        if (answered.get(id) === r.name) answered.delete(id);
-        if (!due.has(id) || due.get(id)!.name === r.name) due.set(id, r);
-      });
-    }
-  }, 500);
-  return () => { stopped = true; clearInterval(timer); watch?.stop(); };
+  return () => { stopped = true; watch?.stop(); };
 }
 
 async function runController(cp: ControlPlane, admin: Rest, bundle: string, shims: string[], nodes: number, log: string, mode: Mode = 'jobs'): Promise<Figures> {
