@@ -112,9 +112,6 @@ function payloadsDir(o: InstallerOptions): string {
   return path.join(o.installRoot, 'payloads', o.handler);
 }
 
-/** runtime_types whose options containerd decodes as runc's, where SystemdCgroup means something. */
-const RUNC_RUNTIME_TYPES = ['io.containerd.runc.v1', 'io.containerd.runc.v2'];
-
 /** The placeholder in runtime options for the installed payload's folder. */
 const PAYLOAD_PLACEHOLDER = '${PAYLOAD}';
 
@@ -614,11 +611,7 @@ export class Installer {
     // The handler's pods use the node's cgroup driver unless the Shim's options say otherwise.
     const effectiveFile = onHost(o, layout.effectiveConfig);
     const effectiveText = layout.effectiveConfig !== layout.config && fs.existsSync(effectiveFile) ? fs.readFileSync(effectiveFile, 'utf8') : current;
-    // Only where containerd hands the options to the shim as runc's: a runtime_type given as a
-    // path gets them as runtimeoptions.v1.Options, which carries no SystemdCgroup and which
-    // runc-based shims refuse (every pod of such a handler failed on the multi-node suite's
-    // systemd nodes); such a handler inherits nothing.
-    const inherited = o.runtimeType !== undefined && RUNC_RUNTIME_TYPES.includes(o.runtimeType) ? inheritedCgroupOption(effectiveText, configVersion) : {};
+    const inherited = inheritedCgroupOption(effectiveText, configVersion);
     const options = { ...inherited, ...expandOptions(o.runtimeOptions, payloadDir) };
     if (o.handlerSettings.snapshotter !== undefined && major === 1 && (this.containerdMinor ?? 0) < 7) {
       throw new ConfigError(`a per-handler snapshotter needs containerd 1.7 or later; this node runs ${major}.${this.containerdMinor}`);

@@ -8,9 +8,8 @@ import { FakeHost, startFakeHost } from '../support/fake-host';
 import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
-// A handler of runc's type runs its pods with the node's cgroup driver: SystemdCgroup of the
-// default runtime (or runc), unless the Shim's options set it. A shim given by path inherits
-// nothing (containerd hands it runtimeoptions.v1.Options, where SystemdCgroup means nothing). containerd's `config dump` is the
+// The new handler runs its pods with the node's cgroup driver: SystemdCgroup of the default
+// runtime (or runc), unless the Shim's options set it. containerd's `config dump` is the
 // oracle of what the handler ends up with.
 
 const FIXTURES = path.join(__dirname, '..', 'fixtures', 'containerd');
@@ -76,30 +75,16 @@ describe('the installer on a systemd-cgroup node (fake host)', () => {
   const args = () => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--handler=rcmtest', '--restart=none', '--retries=0', `--location=${url}`];
   const options = () => handlerOptions('/usr/bin/containerd', fs.readFileSync(path.join(host.root, 'etc/containerd/config.toml'), 'utf8'), 'io.containerd.grpc.v1.cri');
 
-  test('a handler of runc\'s type gets runc\'s SystemdCgroup = true, recorded as inherited; a Shim option overrides it', async () => {
-    const runcType = [...args(), '--runtime-type=io.containerd.runc.v2'];
-    const r = await runBundle(bundle, 'install', runcType);
+  test('gives the handler runc\'s SystemdCgroup = true, records it as inherited, and a Shim option overrides it', async () => {
+    const r = await runBundle(bundle, 'install', args());
     expect(r.code).toBe(0);
     expect(options()).toEqual({ SystemdCgroup: true });
     expect(r.result.state).toMatchObject({ runtimeOptions: {}, inheritedOptions: { SystemdCgroup: 'true' } });
     // the same install again is a no-op: the inherited option is not a change of the Shim's options
-    expect((await runBundle(bundle, 'install', [...runcType, `--sha256=${r.result.sha256}`])).result.outcome).toBe('unchanged');
-    const own = await runBundle(bundle, 'install', [...runcType, '--runtime-option=SystemdCgroup=false']);
+    expect((await runBundle(bundle, 'install', [...args(), `--sha256=${r.result.sha256}`])).result.outcome).toBe('unchanged');
+    const own = await runBundle(bundle, 'install', [...args(), '--runtime-option=SystemdCgroup=false']);
     expect(own.code).toBe(0);
     expect(options()).toEqual({ SystemdCgroup: false });
-    expect((await runBundle(bundle, 'uninstall', args())).code).toBe(0);
-    expect(fs.readFileSync(path.join(host.root, 'etc/containerd/config.toml'), 'utf8')).toBe(fixture('custom-runtimes-v2.toml'));
-  }, 60_000);
-
-  test('a shim given by path inherits nothing: containerd would hand it runtimeoptions.v1.Options, which runc-based shims refuse', async () => {
-    const r = await runBundle(bundle, 'install', args());
-    expect(r.code).toBe(0);
-    expect(options()).toEqual({});
-    expect(r.result.state).toMatchObject({ runtimeOptions: {}, inheritedOptions: {} });
-    // the Shim's own options still go there, as given
-    const own = await runBundle(bundle, 'install', [...args(), '--runtime-option=ConfigPath=/etc/rcm/x.toml']);
-    expect(own.code).toBe(0);
-    expect(options()).toEqual({ ConfigPath: '/etc/rcm/x.toml' });
     expect((await runBundle(bundle, 'uninstall', args())).code).toBe(0);
     expect(fs.readFileSync(path.join(host.root, 'etc/containerd/config.toml'), 'utf8')).toBe(fixture('custom-runtimes-v2.toml'));
   }, 60_000);
