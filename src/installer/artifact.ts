@@ -260,9 +260,19 @@ function scanFile(archive: string, limits: ExtractLimits, keep: (entryPath: stri
   return scanner.result.finally(() => input.destroy());
 }
 
-/** Whether an archive entry (its normalised path) is `containerd-shim-<shimName>-v<N>`. */
+/**
+ * Whether a shim binary's file name is the one for `shimName`: `containerd-shim-<shimName>-v<N>`,
+ * or `containerd-shim-<shimName>` when the name carries its version itself, as upstream
+ * runtime-class-manager's manifests name their handlers (`spin-v2` for containerd-shim-spin-v2).
+ */
+export function shimFileMatches(fileName: string, shimName: string): boolean {
+  const m = SHIM_BINARY.exec(fileName);
+  return m !== null && (m[1] === shimName || `${m[1]}-v${m[2]}` === shimName);
+}
+
+/** Whether an archive entry (its normalised path) is the shim of `shimName` (see shimFileMatches). */
 export function isShimEntry(shimName: string): (entryPath: string) => boolean {
-  return p => SHIM_BINARY.exec(path.posix.basename(p))?.[1] === shimName;
+  return p => shimFileMatches(path.posix.basename(p), shimName);
 }
 
 /**
@@ -287,7 +297,7 @@ export async function unpackShim(artifact: string, shimName: string, sourceName:
       candidates.push({ data, sha256, name, apiVersion: Number(SHIM_BINARY.exec(name)![2]), entryPath });
     }
     if (candidates.length === 0) {
-      throw fetchFailed('ShimNotFound', `the archive has no containerd-shim-${shimName}-v<N>; it holds: ${scan.files.slice(0, 20).join(', ') || 'nothing'}`);
+      throw fetchFailed('ShimNotFound', `the archive has no containerd-shim-${shimName}-v<N>${/-v[0-9]+$/.test(shimName) ? ` nor containerd-shim-${shimName}` : ''}; it holds: ${scan.files.slice(0, 20).join(', ') || 'nothing'}`);
     }
     if (candidates.length > 1) {
       throw fetchFailed('AmbiguousShim', `the archive holds several shims named ${shimName}: ${candidates.map(c => c.entryPath).join(', ')}`);
@@ -300,7 +310,7 @@ export async function unpackShim(artifact: string, shimName: string, sourceName:
     const base = path.basename(URL.canParse(sourceName) && /^https?:/.test(sourceName) ? new URL(sourceName).pathname : sourceName);
     const m = SHIM_BINARY.exec(base);
     // A bare binary is named by its URL, or taken as the shim when the URL says nothing.
-    const name = m && m[1] === shimName ? base : `containerd-shim-${shimName}-v2`;
+    const name = m && shimFileMatches(base, shimName) ? base : /-v[0-9]+$/.test(shimName) ? `containerd-shim-${shimName}` : `containerd-shim-${shimName}-v2`;
     const data = fs.readFileSync(artifact);
     return { data, sha256: crypto.createHash('sha256').update(data).digest('hex'), name, apiVersion: Number(SHIM_BINARY.exec(name)![2]) };
   }

@@ -128,8 +128,15 @@ export class ChangeSets {
    * restart is left to the last of them, and this run waits for the lock again (Pending).
    */
   async commit(pending: Pending, waiters: LockWaiters, solo: boolean, joinedAt: number | undefined): Promise<InstallResult | Pending> {
-    const gathering = joinedAt !== undefined && Date.now() - joinedAt < this.o.setWaitSeconds * 1000;
-    if (this.restart.restarts(pending.journal.layout) && !solo && gathering && await waiters.others(this.id) > 0) return pending;
+    const waited = joinedAt === undefined ? Number.POSITIVE_INFINITY : Date.now() - joinedAt;
+    if (this.restart.restarts(pending.journal.layout) && !solo) {
+      // The installers of one wave do not start together: the controller creates a node's Jobs
+      // of several Shims one reconcile apart, and their pods start a moment apart. The first
+      // change written waits a little (--set-gather) even when nobody is seen coming yet, then
+      // as long as someone is (at most --set-wait).
+      if (waited < this.o.setGatherSeconds * 1000) return pending;
+      if (waited < this.o.setWaitSeconds * 1000 && await waiters.others(this.id) > 0) return pending;
+    }
     await this.finish(this.open());
     const outcome = this.outcomes().peek(this.id);
     if (outcome?.kind === 'done') {

@@ -48,6 +48,8 @@ export interface InstallerOptions {
   readonly healthTimeoutSeconds: number;
   /** How long a written change waits for the other installers on the node to add theirs before containerd restarts. */
   readonly setWaitSeconds: number;
+  /** How long a written change waits for other installers even when none is seen yet (they start a moment apart). */
+  readonly setGatherSeconds: number;
   readonly downloadTimeoutSeconds: number;
   readonly retries: number;
 }
@@ -81,6 +83,7 @@ export const FLAGS: FlagSpec[] = [
   { name: 'max-extracted-size', arg: 'BYTES', help: 'most a .tar.gz artifact may unpack to (default 1073741824)' },
   { name: 'max-files', arg: 'N', help: 'most entries a .tar.gz artifact may hold (default 1000)' },
   { name: 'health-timeout', arg: 'SECONDS', help: 'how long to wait for containerd after a restart (default 60)' },
+  { name: 'set-gather', arg: 'SECONDS', help: 'how long a written change waits for installers that start a moment later (a wave of Jobs is created one reconcile apart) before containerd restarts (default 3)' },
   { name: 'set-wait', arg: 'SECONDS', help: 'how long a written change waits for the other installers running on the node to add theirs, so that containerd restarts once for all (default 15)' },
   { name: 'download-timeout', arg: 'SECONDS', help: 'most one download attempt may take in all, connecting included (default 120)' },
   { name: 'retries', arg: 'N', help: 'download attempts after the first (default 3)' },
@@ -222,6 +225,7 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
     maxFiles: wholeNumber(single['max-files'], 'max-files', 1000),
     healthTimeoutSeconds: wholeNumber(single['health-timeout'], 'health-timeout', 60),
     setWaitSeconds: wholeNumber(single['set-wait'], 'set-wait', 15, 0),
+    setGatherSeconds: wholeNumber(single['set-gather'], 'set-gather', 3, 0),
     downloadTimeoutSeconds: wholeNumber(single['download-timeout'], 'download-timeout', 120),
     retries: wholeNumber(single.retries, 'retries', 3, 0),
   };
