@@ -218,9 +218,11 @@ export class Installer {
   }
 
   async run(): Promise<InstallResult> {
-    if (this.embedded) return this.runUnchecked().catch(e => {
-      throw e instanceof HostPathError ? new InstallerError(ExitCode.CONFIG_FAILED, 'HostPathUnresolvable', e.message) : e;
-    });
+    if (this.embedded) {
+      return this.runUnchecked().catch(e => {
+        throw e instanceof HostPathError ? new InstallerError(ExitCode.CONFIG_FAILED, 'HostPathUnresolvable', e.message) : e;
+      });
+    }
     // SIGTERM (the pod deleted): before the host was touched, stop at once (the kernel drops
     // the lock); after, finish the change, which is bounded by the health timeout; a SIGKILL
     // that follows is what the journal is for.
