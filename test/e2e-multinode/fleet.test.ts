@@ -1040,7 +1040,8 @@ step('six Shims applied at once: every node restarts containerd once per wave (i
   }
   process.stdout.write(`wave of six installs, Ready on three nodes in ${(took / 1000).toFixed(1)} s:\n${report.join('\n')}\n`);
   // AND the pods created while the wave landed all ran, some of them while installers ran on their node
-  const whileInstalling = during.filter(d => installs.some(p => p.node === d.node && p.started && p.finished && p.started - 1000 <= d.at && d.at <= p.finished + 1000));
+  const whileInstalling = during.filter(d => installs.some(p => p.node === d.node && p.started && p.finished
+    && p.started - 1000 <= d.at && d.at <= p.finished + 1000));
   for (const n of cluster.nodes) check(whileInstalling.some(d => d.node === n.name), `${n.name}: no pod was created while its installers ran`);
   const retried: string[] = [];
   for (const d of during) {

@@ -1,10 +1,10 @@
 import * as fs from 'fs';
 import * as https from 'https';
 import { Informer } from '../../src/runtime/informer';
-import { ApiError, Kube, WRITE_ACCEPT } from '../../src/shared/kube/kube';
-import { kubeconfigAccess } from '../../src/shared/kube/kube-config';
 import { slimJob, slimNode, slimPod } from '../../src/runtime/slim';
 import { jobFromProto, nodeFromProto, podFromProto } from '../../src/runtime/slim-proto';
+import { ApiError, Kube, WRITE_ACCEPT } from '../../src/shared/kube/kube';
+import { kubeconfigAccess } from '../../src/shared/kube/kube-config';
 import { ControlPlane, startControlPlane } from '../support/control-plane';
 import { eventually, Rest } from '../support/rest';
 // eslint-disable-next-line @typescript-eslint/no-require-imports

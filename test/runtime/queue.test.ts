@@ -1,5 +1,5 @@
-import { TokenBucket } from '../../src/shared/kube/kube';
 import { WorkQueue } from '../../src/runtime/queue';
+import { TokenBucket } from '../../src/shared/kube/kube';
 
 // The work queue and the client-side rate limit, on jest's fake clock.
 

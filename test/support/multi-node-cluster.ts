@@ -215,7 +215,8 @@ function nodeHostAccess(host: NodeHost): NodeAccess {
   };
 }
 
-async function startK3sNode(controlPlane: ControlPlane, dir: string, name: string, busybox: string): Promise<{ node: ClusterNode; stop: () => Promise<void> }> {
+async function startK3sNode(controlPlane: ControlPlane, dir: string, name: string,
+  busybox: string): Promise<{ node: ClusterNode; stop: () => Promise<void> }> {
   const s = k3sShape();
   const cgroupRoot = `/rcm-e2e/${name}`;
   const [port, healthzPort] = [await freePort(), await freePort()];
