@@ -958,12 +958,13 @@ step('scenario 5: deselecting a node, then deleting the Shim, uninstall one node
   await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${SHIM}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
 });
 
-step('six Shims applied at once: every node restarts containerd once per wave (its journal), pods under all six handlers run, pods created while the wave lands start', async () => {
+step('six Shims applied at once: every node restarts containerd once per wave (its journal), a node that joins later gets all six with one restart, pods under all six handlers run, pods created while the wave lands start', async () => {
   // Every property is checked and what fails is listed at the end, with what each node did.
   const problems: string[] = [];
   const check = (ok: boolean, problem: string) => void (ok || problems.push(problem));
-  // GIVEN every node selected by six Shims' selector, and no Shim left from the steps before
-  for (const n of cluster.nodes) label(n.name, WAVE_LABEL, 'true');
+  // GIVEN two nodes selected by six Shims' selector (the third joins later), and no Shim left from the steps before
+  const [first, second, joiner] = cluster.nodes;
+  for (const n of [first, second]) label(n.name, WAVE_LABEL, 'true');
   // (the Shim kind is not served yet when this step runs alone: `-t "six Shims"`)
   expect((await api.get(SHIMS).catch((e: any) => (e.code === 404 ? { items: [] } : Promise.reject(e)))).items).toEqual([]);
   const limitHitsBefore = Object.fromEntries(cluster.nodes.map(n => [n.name, n.systemd?.startLimitHits('containerd') ?? 0]));
@@ -990,18 +991,28 @@ step('six Shims applied at once: every node restarts containerd once per wave (i
   };
   const installerLogsOf = (node: string) => [...installerLogs].filter(([k]) => k.startsWith(`${node} `))
     .map(([k, v]) => `--- ${k}\n${v.split('\n').map(l => l.replace(/^\S+ std(err|out) F /, '').slice(0, 300)).join('\n')}`).join('\n');
+  // (the wave lands on the first two nodes; then the third joins the selection and gets all six at once)
+  let joinedAt: number | undefined;
   for (let i = 0; ; i++) {
     await watch.poll();
     if (i % 2 === 0) collectInstallerLogs();
     if (i % 4 === 0) {
-      const node = cluster.nodes[during.length % cluster.nodes.length].name;
+      // (once the third node joined, on it: its installers run then)
+      const node = joinedAt !== undefined ? joiner.name : cluster.nodes[during.length % cluster.nodes.length].name;
       const name = `wave-during-${during.length}`;
       during.push({ name, node, at: Date.now() });
       await createPod(pod(name, 'true', { nodeName: node, restartPolicy: 'OnFailure' }));
     }
     const shims = await Promise.all(WAVE.map(w => getShim(w).catch(() => undefined)));
-    if (shims.every(s => condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === 3)) break;
-    if (Date.now() - since > 240_000) throw new Error('the six Shims were not Ready on the three nodes within 240 s');
+    const readyOn = (n: number) => shims.every(sh => condition(sh, 'Ready')?.status === 'True' && sh.status.nodesReady === n && sh.status.nodes === n);
+    if (joinedAt === undefined && readyOn(2)) {
+      // WHEN a node joins the six Shims' selection later (a node added to the pool)
+      joinedAt = Date.now();
+      label(joiner.name, WAVE_LABEL, 'true');
+    } else if (joinedAt !== undefined && readyOn(3)) {
+      break;
+    }
+    if (Date.now() - since > 300_000) throw new Error(`the six Shims were not Ready on ${joinedAt === undefined ? 'the first two nodes' : 'the three nodes'} within 300 s`);
     await sleep(250);
   }
   await watch.poll();
@@ -1038,7 +1049,10 @@ step('six Shims applied at once: every node restarts containerd once per wave (i
     // (systemd's own "Started" lines against containerd's boots this boot: PID 1 may drop a line under load)
     if (n.systemd) report.push(`${n.name}: this boot, systemd's "Started containerd.service" lines: ${n.systemd.startsOf('containerd')}, containerd's boots: ${containerdStarts(n, 0).length}`);
   }
-  process.stdout.write(`wave of six installs, Ready on three nodes in ${(took / 1000).toFixed(1)} s:\n${report.join('\n')}\n`);
+  process.stdout.write(`wave of six installs, Ready on ${first.name} and ${second.name}, then on ${joiner.name} (joined after `
+    + `${((joinedAt! - since) / 1000).toFixed(1)} s), in ${(took / 1000).toFixed(1)} s:\n${report.join('\n')}\n`);
+  // (the joiner's one start came after it joined: it had nothing of the wave before)
+  check(containerdStarts(joiner, since).every(t => t >= joinedAt! - 1000), `${joiner.name}: containerd restarted before it joined the Shims' selection`);
   // AND the pods created while the wave landed all ran, some of them while installers ran on their node
   const whileInstalling = during.filter(d => installs.some(p => p.node === d.node && p.started && p.finished
     && p.started - 1000 <= d.at && d.at <= p.finished + 1000));
