@@ -3,9 +3,9 @@
 // lists in one response; at 5,000 nodes that alone is hundreds of MiB. Here each object is
 // reduced before it is cached, LISTs are paginated, and a watch that expired (410 Gone)
 // lists again. Built-in kinds are read as protobuf, whose unread parts cost nothing to skip.
+import { objectMeta, statusFromProto } from './slim-proto';
 import { ApiError, Kube } from '../shared/kube/kube';
 import { Fields, unwrap } from '../shared/kube/protobuf';
-import { objectMeta, statusFromProto } from './slim-proto';
 
 export interface InformerOptions<T> {
   /** Collection path, e.g. `/api/v1/nodes`. */

@@ -2,11 +2,11 @@ import * as crypto from 'crypto';
 import * as http from 'http';
 import * as os from 'os';
 import { Controller } from './controller';
-import { Kube, TokenBucket } from '../shared/kube/kube';
-import { inClusterAccess, kubeconfigAccess } from '../shared/kube/kube-config';
 import { LeaderElector } from './leader';
 import { Metrics } from './metrics';
 import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
+import { Kube, TokenBucket } from '../shared/kube/kube';
+import { inClusterAccess, kubeconfigAccess } from '../shared/kube/kube-config';
 import { Logger } from '../shared/log';
 import { installerEnvNameProblem, isDnsLabel, isDnsSubdomain } from '../shared/validation';
 

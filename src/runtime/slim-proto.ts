@@ -2,9 +2,9 @@
 // protobuf encoding: the same values slim.ts keeps from JSON (a test holds the two equal on
 // objects from a real API server), without decoding what is dropped. Field numbers are
 // those of k8s.io/api's generated.proto (core/v1, batch/v1) and apimachinery's meta/v1.
-import { Fields } from '../shared/kube/protobuf';
 import { ContainerState, OUR_ANNOTATIONS, SlimJob, SlimPod } from './slim';
 import { NodeView } from './types';
+import { Fields } from '../shared/kube/protobuf';
 
 /** The name and resourceVersion of an object (metadata = 1; name = 1, resourceVersion = 6). */
 export function objectMeta(buf: Buffer): { name: string; resourceVersion: string } {
