@@ -1,10 +1,9 @@
 import { NodeAgent } from './node-agent';
+import { forgetCompileCache, thisPlatform } from '../installer/process-env';
 import { FlagError, FlagSpec, parseFlags, wholeNumber } from '../shared/flags';
 import { Kube } from '../shared/kube/kube';
 import { inClusterAccess, kubeconfigAccess } from '../shared/kube/kube-config';
 import { Logger } from '../shared/log';
-
-const ARCH: Record<string, string> = { x64: 'amd64', arm64: 'arm64', arm: 'arm', ppc64: 'ppc64le', s390x: 's390x', riscv64: 'riscv64' };
 
 const FLAGS: FlagSpec[] = [
   { name: 'node-name', arg: 'NAME', help: 'the node this agent serves (default: $NODE_NAME, from the pod\'s spec.nodeName)' },
@@ -39,14 +38,12 @@ async function main(): Promise<number> {
   log = new Logger((parsed.single['log-format'] ?? 'json') === 'json');
   const nodeName = parsed.single['node-name'] ?? process.env.NODE_NAME;
   if (!nodeName) throw new FlagError('--node-name (or NODE_NAME) is required');
-  // The installer image points Node.js at its compile cache; host commands must not inherit that.
-  delete process.env.NODE_COMPILE_CACHE;
-  delete process.env.NODE_COMPILE_CACHE_PORTABLE;
+  forgetCompileCache();
   const kube = new Kube(parsed.single.kubeconfig ? kubeconfigAccess(parsed.single.kubeconfig) : inClusterAccess());
   const agent = new NodeAgent(kube, {
     nodeName,
     installerArgs: ['--host-root=/host', '--json-logs', ...installerArgs],
-    platform: parsed.single.platform ?? `${process.platform}/${ARCH[process.arch] ?? process.arch}`,
+    platform: parsed.single.platform ?? thisPlatform(),
     driftCheckSeconds: wholeNumber(parsed.single['drift-check-seconds'], 'drift-check-seconds', 60, 0),
   }, log);
   process.once('SIGTERM', () => {

@@ -218,14 +218,9 @@ export class Installer {
   }
 
   async run(): Promise<InstallResult> {
-    if (this.embedded) {
-      return this.runUnchecked().catch(e => {
-        throw e instanceof HostPathError ? new InstallerError(ExitCode.CONFIG_FAILED, 'HostPathUnresolvable', e.message) : e;
-      });
-    }
     // SIGTERM (the pod deleted): before the host was touched, stop at once (the kernel drops
     // the lock); after, finish the change, which is bounded by the health timeout; a SIGKILL
-    // that follows is what the journal is for.
+    // that follows is what the journal is for. An embedding process handles SIGTERM itself.
     const onTerm = () => {
       if (!this.hostTouched) {
         this.log.warn('SIGTERM before anything on the host changed: stopping');
@@ -233,7 +228,7 @@ export class Installer {
       }
       this.log.warn('SIGTERM: finishing the change in progress first');
     };
-    process.on('SIGTERM', onTerm);
+    if (!this.embedded) process.on('SIGTERM', onTerm);
     try {
       return await this.runUnchecked();
     } catch (e) {

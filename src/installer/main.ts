@@ -3,9 +3,9 @@ import * as path from 'path';
 import { ExitCode, InstallerError } from './errors';
 import { InstallResult, Installer } from './install';
 import { helpText, InstallerOptions, parseOptions } from './options';
+import { forgetCompileCache, thisPlatform } from './process-env';
 import { Logger } from '../shared/log';
 
-const ARCH: Record<string, string> = { x64: 'amd64', arm64: 'arm64', arm: 'arm', ppc64: 'ppc64le', s390x: 's390x', riscv64: 'riscv64' };
 
 function writeResult(file: string, result: InstallResult, log: Logger): void {
   try {
@@ -20,15 +20,12 @@ function writeResult(file: string, result: InstallResult, log: Logger): void {
 }
 
 async function main(): Promise<number> {
-  // The image points Node.js at the bundle's compile cache (read once, at start-up). Host
-  // commands must not inherit that: a Node.js program run on the host would write a cache there.
-  delete process.env.NODE_COMPILE_CACHE;
-  delete process.env.NODE_COMPILE_CACHE_PORTABLE;
+  forgetCompileCache();
   let options: InstallerOptions | 'help';
   const jsonLogs = process.argv.includes('--json-logs') || process.env.RCM_JSON_LOGS === 'true';
   let log = new Logger(jsonLogs);
   try {
-    options = parseOptions(process.argv.slice(2), process.env, `${process.platform}/${ARCH[process.arch] ?? process.arch}`);
+    options = parseOptions(process.argv.slice(2), process.env, thisPlatform());
   } catch (e) {
     const err = e as InstallerError;
     log.error(err.message);

@@ -254,8 +254,8 @@ export class Controller {
     });
     const created: JobRequest[] = [];
     try {
-      for (const action of this.agentMode ? this.withWithdrawalsMerged(shim, result.actions) : result.actions) {
-        await this.carryOut(shim, action);
+      for (const action of this.agentMode ? this.withWithdrawalsMerged(shim, result.actions, jobs) : result.actions) {
+        await this.carryOut(shim, action, jobs);
         if (action.kind === 'createJob') created.push(action.job);
       }
     } finally {
@@ -274,8 +274,7 @@ export class Controller {
    * node patch as the record (one write instead of two, and no moment where the request
    * outlives its record); other withdrawals stay actions of their own.
    */
-  private withWithdrawalsMerged(shim: ShimObject, actions: Action[]): Action[] {
-    const views = this.requestViews();
+  private withWithdrawalsMerged(shim: ShimObject, actions: Action[], views: readonly JobView[]): Action[] {
     const byName = new Map(views.map(v => [v.name, v]));
     const recorded = new Set(actions.filter(a => a.kind === 'writeNode').map(a => (a as Extract<Action, { kind: 'writeNode' }>).node));
     const merged = new Map<string, string[]>(); // node -> request names withdrawn with its record
@@ -327,7 +326,8 @@ export class Controller {
     await this.kube.mergePatch(`${SHIMS}/${shim.metadata.name}/status`, { status });
   }
 
-  private async carryOut(shim: ShimObject, action: Action): Promise<void> {
+  /** `views`: the pass's Jobs (in agent mode the requests in the node records), read once per pass. */
+  private async carryOut(shim: ShimObject, action: Action, views: readonly JobView[]): Promise<void> {
     const name = shim.metadata.name;
     const rcPath = (rc: string) => `/apis/node.k8s.io/v1/runtimeclasses/${rc}`;
     switch (action.kind) {
@@ -358,7 +358,7 @@ export class Controller {
       }
       case 'deleteJob': {
         if (this.agentMode) {
-          const view = this.requestViews().find(v => v.name === action.name);
+          const view = views.find(v => v.name === action.name);
           if (view && await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) {
             this.deletedJobs.add(action.name);
           }
@@ -373,7 +373,7 @@ export class Controller {
         const batches = new Set(action.batches);
         if (this.agentMode) {
           // One small patch per node: the requests live in the node records.
-          for (const view of this.requestViews().filter(v => v.shimUid === uid && v.phase === 'succeeded' && batches.has(v.batch ?? ''))) {
+          for (const view of views.filter(v => v.shimUid === uid && v.phase === 'succeeded' && batches.has(v.batch ?? ''))) {
             if (await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) {
               this.deletedJobs.add(view.name);
             }
