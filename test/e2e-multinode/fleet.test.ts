@@ -880,7 +880,11 @@ step('scenario 6: a handler change across the fleet, applied with kubectl apply 
     if (i % 6 === 0) {
       const name = `s6-${workloads.length}`;
       // Admission refuses a pod whose RuntimeClass does not exist (the moment of the replacement): counted, and sent again.
-      await createPod(pod(name, 'true', { runtimeClassName: SHIM })).catch(e => {
+      // The pods restart on failure, as a Deployment's or a Job's do: a container whose start the
+      // kubelet asked for as an installer restarted containerd fails with "transport is closing"
+      // (RunContainerError), which ended a restartPolicy Never pod Failed in a fresh-clone CI run;
+      // the kubelet's retry must then start it. A missing runtime is still checked below.
+      await createPod(pod(name, 'true', { runtimeClassName: SHIM, restartPolicy: 'OnFailure' })).catch(e => {
         if (!/RuntimeClass/.test(String(e))) throw e;
         refusedAtAdmission.push(String(e).slice(0, 200));
       });
@@ -908,7 +912,9 @@ step('scenario 6: a handler change across the fleet, applied with kubectl apply 
   expect(rc.metadata.managedFields.map((f: any) => f.manager)).toEqual(['rcm-controller']);
   // AND every pod ran, none refused for a missing runtime
   for (const name of workloads) {
-    if (!await api.get(`/api/v1/namespaces/default/pods/${name}`).catch(() => undefined)) await createPod(pod(name, 'true', { runtimeClassName: SHIM }));
+    if (!await api.get(`/api/v1/namespaces/default/pods/${name}`).catch(() => undefined)) {
+      await createPod(pod(name, 'true', { runtimeClassName: SHIM, restartPolicy: 'OnFailure' }));
+    }
     const p = await podWhen(name, ['Succeeded', 'Failed']);
     expect(p.status.phase).toBe('Succeeded');
   }
