@@ -66,6 +66,7 @@ const project = new cdk8s.ConstructLibraryCdk8s({
     'tar@^7.4.0',
     'prom-client@^15.1.0',
     'yaml@^2.6.0',
+    'ajv@^8.17.0', // the docs test validates Shims in YAML blocks against the CRD's schema
     'ts-node',
   ],
   jestOptions: {
