@@ -38,7 +38,7 @@ export class MaxUpdate {
 /** Options of a rolling rollout. */
 export interface RollingRolloutOptions {
   /**
-   * How many nodes install at a time; the next batch starts only when the previous one
+   * How many nodes install at a time, the next batch starting only when the previous one
    * succeeded.
    * @default MaxUpdate.count(1)
    */

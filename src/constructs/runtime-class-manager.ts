@@ -30,7 +30,7 @@ export enum PullPolicy {
   ALWAYS = 'Always',
   /** Pull only when the node does not have the image. */
   IF_NOT_PRESENT = 'IfNotPresent',
-  /** Never pull; the image must be on the node. */
+  /** Never pull: the image must be on the node. */
   NEVER = 'Never',
 }
 
@@ -88,14 +88,22 @@ export interface RuntimeClassManagerProps {
    */
   readonly installerNamespace?: string;
   /**
-   * The registry (and path) both default images are pulled from, for a mirror or a private
-   * registry: the images are `<imageRegistry>/rcm-controller:<imageTag>` and
-   * `<imageRegistry>/rcm-node-installer:<imageTag>`.
+   * The registry (and path) both default images are pulled from, the images being
+   * `<imageRegistry>/rcm-controller:<imageTag>` and `<imageRegistry>/rcm-node-installer:<imageTag>`.
+   *
+   * Both images must exist there for the controller and its installers to start. The default
+   * registry receives them with each release of this package; until a release has published
+   * them, and for a mirror or a private registry, build them from the repository
+   * (`images/Dockerfile`), push them, and set this and `imageTag`.
    * @default 'ghcr.io/runtime-class-manager-cdk8s'
    */
   readonly imageRegistry?: string;
   /**
-   * The tag of both default images.
+   * The tag of both default images, which must exist in `imageRegistry`.
+   *
+   * The default is this package's version, the tag its release publishes the images with. A
+   * package built from a development checkout says `0.0.0`, which no registry has: set the tag
+   * of the images you built and pushed.
    * @default - this package's version (the images are released with it)
    */
   readonly imageTag?: string;
@@ -124,7 +132,7 @@ export interface RuntimeClassManagerProps {
    */
   readonly imagePullSecrets?: string[];
   /**
-   * Controller replicas; more than one needs leader election.
+   * Controller replicas (more than one needs leader election).
    * @default 2
    */
   readonly replicas?: number;
@@ -162,8 +170,8 @@ export interface RuntimeClassManagerProps {
    */
   readonly jobTtl?: Duration;
   /**
-   * Delay before a node whose install or uninstall failed is tried again; doubled after each
-   * further failure, up to `maxRetryBackoff`.
+   * Delay before a node whose install or uninstall failed is tried again, doubled after each
+   * further failure up to `maxRetryBackoff`.
    * @default Duration.seconds(30)
    */
   readonly retryBackoff?: Duration;
@@ -180,7 +188,7 @@ export interface RuntimeClassManagerProps {
   readonly failureThreshold?: number;
   /**
    * Sustained requests per second from the controller to the API server (a client-side rate
-   * limit, as client-go's; leader election is not limited).
+   * limit, as client-go's, which leader election is exempt from).
    * @default 50
    */
   readonly kubeApiQps?: number;
@@ -234,7 +242,7 @@ export interface RuntimeClassManagerProps {
    */
   readonly tolerations?: ShimToleration[];
   /**
-   * The controller pods' affinity, as a Kubernetes `Affinity` object; replaces the default.
+   * The controller pods' affinity, as a Kubernetes `Affinity` object that replaces the default.
    * @see https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#affinity-and-anti-affinity
    * @default - with more than one replica, replicas prefer different nodes
    */
@@ -297,10 +305,32 @@ const CONTROLLER_LABELS = { ...COMMON_LABELS, 'app.kubernetes.io/component': 'co
 const LINUX = { 'kubernetes.io/os': 'linux' };
 
 /**
- * Everything the runtime-class-manager controller needs in a cluster: the Shim CRD, a
- * namespace, a ServiceAccount with least-privilege RBAC, the controller Deployment, its
- * metrics Service, NetworkPolicy and PodDisruptionBudget, and the `rcm-shim-viewer` /
- * `rcm-shim-editor` ClusterRoles. Shims added with `addShim()` are installed by it.
+ * Everything the runtime-class-manager controller needs in a cluster: the Shim CRD, a namespace, a ServiceAccount with least-privilege RBAC, the controller Deployment, its metrics Service, NetworkPolicy and PodDisruptionBudget, and the `rcm-shim-viewer` / `rcm-shim-editor` ClusterRoles.
+ *
+ * Shims added with `addShim()` are installed by its controller. One per cluster (and per
+ * app). The images it names must exist: see `imageRegistry` and `imageTag`.
+ *
+ * @example
+ * import { App, Chart } from 'cdk8s';
+ * import { MaxUpdate, Rollout, RuntimeClassManager } from 'runtime-class-manager-cdk8s';
+ *
+ * const app = new App();
+ * const chart = new Chart(app, 'wasm');
+ * const manager = new RuntimeClassManager(chart, 'Manager', {
+ *   // Where you pushed the images built from images/Dockerfile, and their tag.
+ *   imageRegistry: 'registry.example.com/rcm',
+ *   imageTag: '0.1.0',
+ *   // Kubernetes 1.20 has no policy/v1 PodDisruptionBudget: leave it out there.
+ *   podDisruptionBudget: false,
+ * });
+ * manager.addShim('spin', {
+ *   handler: 'spin',
+ *   nodeSelector: { 'spin.example.com/enabled': 'true', 'kubernetes.io/arch': 'amd64' },
+ *   location: 'https://github.com/spinframework/containerd-shim-spin/releases/download/v0.25.1/containerd-shim-spin-v2-linux-x86_64.tar.gz',
+ *   sha256: '1755fbeb2dec7d026faf8c37031d8a025975f5e194b782da10188206a386d6e4',
+ *   rollout: Rollout.rolling({ maxUpdate: MaxUpdate.percent(10) }),
+ * });
+ * app.synth();
  */
 export class RuntimeClassManager extends Construct {
   /** Namespace of the controller. */
@@ -768,8 +798,28 @@ export class RuntimeClassManager extends Construct {
   }
 
   /**
-   * Add a Shim that this manager's controller installs (in the manager's `shims` sync wave,
-   * with the manager's labels and annotations unless `props` says otherwise).
+   * Add a Shim that this manager's controller installs, in the manager's `shims` sync wave and with the manager's labels and annotations unless `props` says otherwise.
+   *
+   * Returns the `ShimConstruct`, whose `runWorkload()` puts a workload's pods under the Shim's
+   * RuntimeClass.
+   *
+   * @example
+   * import { App, Chart } from 'cdk8s';
+   * import { RuntimeClassManager } from 'runtime-class-manager-cdk8s';
+   *
+   * const app = new App();
+   * const chart = new Chart(app, 'wasm');
+   * const manager = new RuntimeClassManager(chart, 'Manager', { imageRegistry: 'registry.example.com/rcm', imageTag: '0.1.0' });
+   * const spin = manager.addShim('spin', {
+   *   handler: 'spin',
+   *   runtimeClassName: 'wasmtime-spin-v2',
+   *   nodeSelector: { 'spin.example.com/enabled': 'true', 'kubernetes.io/arch': 'amd64' },
+   *   location: 'https://github.com/spinframework/containerd-shim-spin/releases/download/v0.25.1/containerd-shim-spin-v2-linux-x86_64.tar.gz',
+   *   sha256: '1755fbeb2dec7d026faf8c37031d8a025975f5e194b782da10188206a386d6e4',
+   * });
+   * // spin.runWorkload(deployment) runs a cdk8s-plus workload's pods under it.
+   * app.synth();
+   *
    * @param id construct id (also the Shim's name unless `props.name` is set)
    * @param props the Shim
    */

@@ -48,8 +48,9 @@ export interface ContainerdHandlerSettings {
 }
 
 /**
- * RuntimeClass overheads to start from, as the runtimes' own deployments publish them; pass
- * one as a Shim's `overhead` (or measure your own workloads and set yours).
+ * RuntimeClass overheads to start from, as the runtimes' own deployments publish them.
+ *
+ * Pass one as a Shim's `overhead`, or measure your own workloads and set yours.
  */
 export class RuntimeOverhead {
   /** Kata Containers with QEMU (kata-deploy's RuntimeClass `kata-qemu`). */

@@ -164,8 +164,8 @@ export interface ShimConstructProps {
    */
   readonly overhead?: { [resource: string]: string };
   /**
-   * Tolerations for pods of this RuntimeClass; the installer Jobs get them too, so tainted
-   * nodes that should run the shim can receive it.
+   * Tolerations for pods of this RuntimeClass and for the installer Jobs, so that tainted
+   * nodes meant to run the shim can receive it.
    * @default - none
    */
   readonly tolerations?: ShimToleration[];
@@ -207,9 +207,32 @@ export interface ShimConstructProps {
 
 
 /**
- * One Shim custom resource. The controller creates its RuntimeClass, which schedules pods
- * only onto nodes where the controller has recorded the handler as installed
- * (`createRuntimeClass` synthesizes it here too).
+ * One Shim custom resource: a containerd shim that the controller installs on the selected nodes and exposes through a RuntimeClass.
+ *
+ * The controller creates the RuntimeClass, which schedules pods only onto nodes where the
+ * controller has recorded the handler as installed (`createRuntimeClass` synthesizes it here
+ * too). `RuntimeClassManager.addShim()` is the usual way to make one.
+ *
+ * @example
+ * import { App, Chart } from 'cdk8s';
+ * import { RuntimeClassManager, ShimConstruct } from 'runtime-class-manager-cdk8s';
+ *
+ * const app = new App();
+ * const chart = new Chart(app, 'wasm');
+ * new RuntimeClassManager(chart, 'Manager', { imageRegistry: 'registry.example.com/rcm', imageTag: '0.1.0' });
+ * // A Shim on its own (addShim() also gives it the manager's sync wave, labels and annotations).
+ * new ShimConstruct(chart, 'spin', {
+ *   handler: 'spin',
+ *   runtimeClassName: 'wasmtime-spin-v2',
+ *   nodeSelector: { 'spin.example.com/enabled': 'true', 'kubernetes.io/arch': 'amd64' },
+ *   platforms: [{
+ *     os: 'linux',
+ *     arch: 'amd64',
+ *     location: 'https://github.com/spinframework/containerd-shim-spin/releases/download/v0.25.1/containerd-shim-spin-v2-linux-x86_64.tar.gz',
+ *     sha256: '1755fbeb2dec7d026faf8c37031d8a025975f5e194b782da10188206a386d6e4',
+ *   }],
+ * });
+ * app.synth();
  */
 export class ShimConstruct extends Construct {
   /** The Shim object's name. */

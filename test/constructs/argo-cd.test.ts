@@ -57,10 +57,11 @@ describe('ArgoCd.shimHealthCheck', () => {
     expect(ArgoCd.shimHealthCheck).toMatch(/^-- Argo CD health check of the Shim kind/);
   });
 
-  test('the README\'s argocd-cm snippet is the shipped script, verbatim', () => {
-    const readme = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8');
-    const indented = ArgoCd.shimHealthCheck.split('\n').map(l => (l.trim() ? `      ${l}` : l)).join('\n');
-    expect(readme).toContain(`  resource.customizations.health.runtime.spinkube.dev_Shim: |\n${indented}`);
+  test('the Argo CD docs install the shipped script from its file, under the key Argo CD looks up, rather than a copy of it', () => {
+    const doc = fs.readFileSync(path.join(__dirname, '..', '..', 'docs', 'users', 'argo-cd.md'), 'utf8');
+    expect(doc).toContain('--rawfile lua node_modules/runtime-class-manager-cdk8s/argocd/shim-health.lua');
+    expect(doc).toContain(`{data: {"${ArgoCd.HEALTH_CHECK_KEY}": $lua}}`);
+    expect(doc).not.toContain(ArgoCd.shimHealthCheck.split('\n')[0]);
   });
 
   test('the harness converts JSON faithfully (strings with quotes, newlines and UTF-8; arrays from 1)', () => {
