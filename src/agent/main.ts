@@ -9,6 +9,7 @@ const FLAGS: FlagSpec[] = [
   { name: 'node-name', arg: 'NAME', help: 'the node this agent serves (default: $NODE_NAME, from the pod\'s spec.nodeName)' },
   { name: 'kubeconfig', arg: 'FILE', help: 'kubeconfig file (default: in-cluster config)' },
   { name: 'drift-check-seconds', arg: 'N', help: 'how often installed handlers are checked for drift; 0: never (default 60)' },
+  { name: 'progress-report-seconds', arg: 'N', help: 'a request still under way after N seconds is reported running; one done sooner gets its outcome only (default 10)' },
   { name: 'platform', arg: 'OS/ARCH', help: "the node's platform (default: this machine's)" },
   { name: 'log-format', arg: 'FORMAT', help: 'json or text (default json)' },
   { name: 'help', help: 'show this help' },
@@ -45,6 +46,7 @@ async function main(): Promise<number> {
     installerArgs: ['--host-root=/host', '--json-logs', ...installerArgs],
     platform: parsed.single.platform ?? thisPlatform(),
     driftCheckSeconds: wholeNumber(parsed.single['drift-check-seconds'], 'drift-check-seconds', 60, 0),
+    progressReportSeconds: wholeNumber(parsed.single['progress-report-seconds'], 'progress-report-seconds', 10, 0),
   }, log);
   process.once('SIGTERM', () => {
     log.info('SIGTERM: finishing the changes under way, then stopping');

@@ -20,6 +20,11 @@ export interface AgentSettings {
   readonly platform: string;
   /** How often the installed handlers are checked for drift; 0: never. */
   readonly driftCheckSeconds: number;
+  /**
+   * A request still under way after this many seconds is reported `running`; one done sooner
+   * gets its outcome only (one write, and one watch event for the controller, per request).
+   */
+  readonly progressReportSeconds: number;
 }
 
 /** A node as the agent reads it. */
@@ -31,8 +36,10 @@ interface NodeState {
 const HANDLER_LABEL = `.${ShimNodeLabels.DOMAIN}/handler`;
 
 export class NodeAgent {
-  /** Requests being carried out, by name. */
+  /** Requests being carried out or waiting for their Shim's previous one, by name. */
   private readonly running = new Map<string, Promise<void>>();
+  /** The last run of each Shim: its next request waits for it (a request withdrawn mid-run may be followed by another). */
+  private readonly lastOfShim = new Map<string, Promise<void>>();
   private node?: NodeState;
   private watch?: { done: Promise<void>; abort: () => void };
   private stopped = false;
@@ -90,19 +97,51 @@ export class NodeAgent {
       // that ended: the run is made again (an install is idempotent; the journal finishes or
       // undoes what it left).
       if ((result && result.phase !== 'running') || this.running.has(admitted.name)) continue;
-      const run = this.carryOut(shim, admitted).finally(() => this.running.delete(admitted.name));
+      // One Shim's requests run one after the other: the controller may withdraw a request the
+      // agent has taken but not yet reported (its node went NotReady) and admit another later.
+      const previous = this.lastOfShim.get(shim);
+      const run: Promise<void> = (previous ?? Promise.resolve()).then(() => this.carryOut(shim, admitted)).finally(() => {
+        this.running.delete(admitted.name);
+        if (this.lastOfShim.get(shim) === run) this.lastOfShim.delete(shim);
+      });
       this.running.set(admitted.name, run);
+      this.lastOfShim.set(shim, run);
     }
   }
 
+  /** The node (as last seen) still holds this request. */
+  private stillRequested(shim: string, name: string): boolean {
+    return requestsOn(this.node?.annotations ?? {}).some(r => r.shim === shim && r.admitted.name === name);
+  }
+
   private async carryOut(shim: string, admitted: AdmittedRequest): Promise<void> {
+    if (!this.stillRequested(shim, admitted.name)) {
+      this.log.info('a request withdrawn before it started is not run', { shim, request: admitted.name });
+      return;
+    }
     const startedAt = new Date().toISOString();
     const report = (r: Omit<AgentResult, 'name' | 'startedAt'>) => this.report(shim, { name: admitted.name, startedAt, ...r });
     this.log.info(`${admitted.operation} of ${admitted.handler} admitted`, { shim, request: admitted.name, attempt: admitted.attempt });
+    // `running` only for a run that takes a while: most end sooner (written in order: the
+    // outcome waits for this write).
+    let progress: Promise<void> | undefined;
+    const progressTimer = setTimeout(() => {
+      progress = report({ phase: 'running' }).catch(e => this.log.warn('could not report a request under way', { request: admitted.name, error: (e as Error).message }));
+    }, this.settings.progressReportSeconds * 1000);
+    const outcomeReport = async (r: Omit<AgentResult, 'name' | 'startedAt'>) => {
+      clearTimeout(progressTimer);
+      await progress;
+      // Withdrawn while it ran: nobody waits for this outcome (the controller admits the
+      // operation again, and an install found in place is `unchanged`).
+      if (!this.stillRequested(shim, admitted.name)) {
+        this.log.info('the request was withdrawn while it ran: its outcome is not reported', { shim, request: admitted.name, phase: r.phase });
+        return;
+      }
+      await report(r);
+    };
     try {
-      await report({ phase: 'running' });
       const result = await this.runInstaller(admitted);
-      await report({
+      await outcomeReport({
         phase: 'succeeded',
         finishedAt: new Date().toISOString(),
         result: { outcome: result.outcome, message: result.message, exitCode: ExitCode.SUCCESS },
@@ -111,7 +150,7 @@ export class NodeAgent {
     } catch (e) {
       const err = e instanceof InstallerError ? e : new InstallerError(ExitCode.UNEXPECTED, 'InternalError', (e as Error).stack ?? String(e));
       this.log.error(err.message, { shim, request: admitted.name, reason: err.reason, exitCode: err.exitCode });
-      await report({
+      await outcomeReport({
         phase: 'failed',
         finishedAt: new Date().toISOString(),
         result: { outcome: 'failed', reason: err.reason, message: err.message.split('\n')[0].slice(0, 1000), exitCode: err.exitCode },

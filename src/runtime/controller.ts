@@ -199,7 +199,7 @@ export class Controller {
 
   /** The requests in the node records (install mode NodeAgent), as Jobs; withdrawn ones the cache still shows are left out. */
   private requestViews(): JobView[] {
-    const all = agentJobViews(this.nodes.list());
+    const all = agentJobViews(this.nodes.list(), Date.now());
     const shown = new Set(all.map(v => v.name));
     // A withdrawal is complete once the cache no longer shows the request.
     for (const name of this.deletedJobs) if (!shown.has(name)) this.deletedJobs.delete(name);
