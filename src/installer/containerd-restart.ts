@@ -1,7 +1,7 @@
 // containerd's restart: the unit's state before anything changes, the restart paced within
 // the unit's start limit (restart-pacing.ts), and the checks that containerd serves again.
 import { ExitCode, InstallerError } from './errors';
-import { DistroLayout, HostContext, hostCommand } from './host';
+import { CommandResult, DistroLayout, HostContext, hostCommand } from './host';
 import { InstallerOptions } from './options';
 import { nextRestartAt, parseShow, RestartHistory, restartHistoryPath, startLimitOf, unitFailure } from './restart-pacing';
 import { Timer } from './timer';
@@ -90,6 +90,16 @@ export class ContainerdRestart {
     return `containerd not healthy after ${this.options.healthTimeoutSeconds}s: ${last}`;
   }
 
+  /**
+   * Without a restart: containerd reads its config with every handler of `installs` in it,
+   * and (where this installer manages containerd's restarts) the daemon serves CRI. With
+   * --restart=none containerd may be down on purpose: only the config is judged.
+   */
+  async verify(layout: DistroLayout, installs: readonly HandlerCheck[]): Promise<string | undefined> {
+    if (this.restarts(layout)) return this.health(layout, installs);
+    return judgeDump(await hostCommand(this.host, ['containerd', '--config', layout.effectiveConfig, 'config', 'dump'], 20_000), installs);
+  }
+
   /** Whether this run restarts containerd for changes of this layout. */
   restarts(layout: DistroLayout): boolean {
     return !(this.options.restart === 'none' || (this.options.restart === 'systemd' && !layout.unit));
@@ -110,11 +120,13 @@ export class ContainerdRestart {
     if (version.code !== 0) return `socket ${layout.socket} does not answer`;
     const cri = plugins.stdout.split('\n').filter(l => /\bcri\b/.test(l));
     if (plugins.code !== 0 || cri.length === 0 || cri.some(l => /\berror\b/.test(l))) return 'the CRI plugin is not running';
-    if (dump) {
-      if (dump.code !== 0) return `containerd cannot read its config: ${dump.stderr.trim().slice(0, 300)}`;
-      const missing = installs.filter(i => !dump.stdout.includes(i.binary)).map(i => i.handler);
-      if (missing.length > 0) return `the effective config does not contain handler ${missing.join(', ')}`;
-    }
-    return undefined;
+    return dump ? judgeDump(dump, installs) : undefined;
   }
+}
+
+/** What `containerd config dump` says of these handlers: undefined when it reads the config and names each one's binary. */
+function judgeDump(dump: CommandResult, installs: readonly HandlerCheck[]): string | undefined {
+  if (dump.code !== 0) return `containerd cannot read its config: ${dump.stderr.trim().slice(0, 300)}`;
+  const missing = installs.filter(i => !dump.stdout.includes(i.binary)).map(i => i.handler);
+  return missing.length > 0 ? `the effective config does not contain handler ${missing.join(', ')}` : undefined;
 }

@@ -168,6 +168,8 @@ function podTool(name: string): string {
 /** containerd's version on the host and the binary that told it. */
 export interface ContainerdVersion {
   readonly text: string;
+  /** The whole `containerd --version` line (with its build and packaging): another one means containerd was replaced. */
+  readonly build: string;
   readonly major: number;
   readonly minor: number;
   readonly binary: string;
@@ -178,7 +180,7 @@ export async function containerdVersion(host: HostContext): Promise<ContainerdVe
   const r = await hostCommand(host, ['containerd', '--version'], 20_000);
   const m = /\s(v?(\d+)\.(\d+)\.\d+\S*)/.exec(r.stdout);
   const binary = findHostTool(host.hostRoot, host.searchPath, 'containerd') ?? 'containerd';
-  return r.code === 0 && m ? { text: m[1].replace(/^v/, ''), major: Number(m[2]), minor: Number(m[3]), binary } : undefined;
+  return r.code === 0 && m ? { text: m[1].replace(/^v/, ''), build: r.stdout.trim().split('\n')[0], major: Number(m[2]), minor: Number(m[3]), binary } : undefined;
 }
 
 /**

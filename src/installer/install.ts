@@ -184,6 +184,7 @@ export class Installer {
   private containerdFound = false;
   /** containerd's minor version on the host, when known. */
   private containerdMinor?: number;
+  private containerdBuild?: string;
   /** What was wrong with the state file, if anything. */
   private stateProblem?: string;
   /** The host's namespaces and tool folders, once the distribution is known. */
@@ -268,6 +269,7 @@ export class Installer {
         { distro, searched: this.host.searchPath.join(':') });
     }
     this.containerdMinor = version?.minor;
+    this.containerdBuild = version?.build;
     this.containerdFound = version !== undefined;
     const layout = withDropIn(this.o, layoutFor(this.o, distro, version?.major), version?.major);
     onHost(this.o, layout.config); // a config path that cannot be resolved is refused before anything is touched
@@ -443,11 +445,12 @@ export class Installer {
       configVersion: s.configVersion,
       paths: { ...base.paths, binary: s.binary },
     });
-    if (state && o.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
+    const inPlace = (s: InstallState) => (this.replacedContainerd(s) ? this.verifyWithNewContainerd(base, layout, s) : unchanged(s));
+    if (state && o.sha256 === state.sha256 && this.intact(state, layout)) return inPlace(state);
     // Only when the record changed while this installer waited for the lock is it fetched here.
     const fetched = prefetched ?? await this.fetchArtifact(scratch);
     const { url, shim } = fetched;
-    if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) return unchanged(state);
+    if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) return inPlace(state);
 
     // The versioned path: a new version never overwrites a binary running pods use. A
     // payload is one folder per version; its shim is a file in it.
@@ -502,6 +505,7 @@ export class Installer {
       configFolderCreated: state?.configFolderCreated ?? folderCreated,
       edit: state?.edit ?? { addedSeparator: edited.addedSeparator, addedVersionLine: edited.addedVersionLine },
       installedAt: new Date().toISOString(),
+      ...(this.containerdBuild ? { containerdBuild: this.containerdBuild } : {}),
     };
     const stateText = JSON.stringify(newState, null, 2) + '\n';
 
@@ -819,10 +823,46 @@ export class Installer {
     if (!fs.existsSync(file)) return `its config file ${state.configFile} is missing`;
     try {
       const shim = handlerBinary(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler);
-      return shim === state.binary ? undefined : `${state.configFile} does not name ${state.binary} for it`;
+      if (shim !== state.binary) return `${state.configFile} does not name ${state.binary} for it`;
     } catch (e) {
       return `${state.configFile} cannot be read: ${(e as Error).message}`;
     }
+    const replaced = this.replacedContainerd(state);
+    return replaced ? `containerd was replaced since (${replaced.before} → ${replaced.now}): the handler has to be verified with it again` : undefined;
+  }
+
+  /** containerd is not the one the handler was installed (or last verified) with. */
+  private replacedContainerd(state: InstallState): { before: string; now: string } | undefined {
+    const [before, now] = [state.containerdBuild, this.containerdBuild];
+    return before !== undefined && now !== undefined && before !== now ? { before, now } : undefined;
+  }
+
+  /**
+   * The handler's files and config are in place, but containerd was replaced since (a package
+   * upgrade, a new node image): containerd as it is now must read the config with the handler
+   * in it (and serve, where this run restarts containerd) before the install counts. Nothing
+   * is restarted: whoever replaced containerd restarts it, and the config it will read is the
+   * one checked. A containerd that does not take the handler is a failure, with the node as it was.
+   */
+  private async verifyWithNewContainerd(base: InstallResult, layout: DistroLayout, state: InstallState): Promise<InstallResult> {
+    const replaced = this.replacedContainerd(state)!;
+    const problem = await this.timer.time('health', () => this.restart.verify(layout, [{ handler: state.handler, binary: state.binary }]));
+    if (problem) {
+      throw new InstallerError(ExitCode.CONFIG_FAILED, 'ReplacedContainerdRefusesHandler',
+        `containerd was replaced (${replaced.before} → ${replaced.now}) and does not take handler ${state.handler}: ${problem}`);
+    }
+    const verified: InstallState = { ...state, containerdBuild: replaced.now };
+    writeAtomically(statePath(this.o), JSON.stringify(verified, null, 2) + '\n', 0o600);
+    this.changed.push(`verified handler ${state.handler} with containerd ${replaced.now} (installed with ${replaced.before})`);
+    return {
+      ...base,
+      outcome: 'installed',
+      message: `handler ${state.handler} verified with the containerd that replaced the one it was installed with`,
+      sha256: state.sha256,
+      configVersion: state.configVersion,
+      paths: { ...base.paths, binary: state.binary },
+      state: verified,
+    };
   }
 
   /** Our block is still in the file and the binary it names is still there, byte for byte. */

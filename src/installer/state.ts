@@ -38,6 +38,12 @@ export interface InstallState {
   readonly configFolderCreated?: boolean;
   readonly edit: EditRecord;
   readonly installedAt: string;
+  /**
+   * containerd's `--version` line when the handler was installed or last verified (absent in
+   * records of older installers): another one means containerd was replaced since, and the
+   * handler is verified with it again before it counts as installed.
+   */
+  readonly containerdBuild?: string;
 }
 
 /** A state file's content: the record, or what is wrong with it (never both). */
