@@ -259,6 +259,41 @@ function nextStep(record: NodeRecord, serving: boolean, desired: Omit<Step, 'ope
   return stale ? { operation: 'uninstall', handler: stale.handler, revision: stale.revision } : undefined;
 }
 
+/**
+ * How long an install that succeeded waits for its node to list the handler in
+ * `status.runtimeHandlers`, on nodes that report that field: the kubelet posts a changed
+ * status within its nodeStatusUpdateFrequency (10 s by default).
+ */
+export const KUBELET_REPORT_WAIT_MS = 60_000;
+
+/** The reason of an install whose handler the node's kubelet did not list in time. */
+export const HANDLER_NOT_REPORTED = 'HandlerNotReportedByKubelet';
+
+/**
+ * Where a node reports its runtime handlers, an install counts only once the kubelet lists
+ * the handler (what the container runtime itself serves, seen by the kubelet): until then it
+ * is still running (checked again when the wait ends), and after KUBELET_REPORT_WAIT_MS it
+ * failed. A node that reports none (Kubernetes before 1.30, containerd before 2.0) goes by
+ * the installer's own check alone.
+ */
+export function confirmByKubelet(job: JobView, node: NodeView | undefined, nowMs: number): { job: JobView; recheckAt?: number } {
+  const listed = node?.runtimeHandlers;
+  if (listed === undefined || listed.includes(job.handler)) return { job };
+  const finished = Date.parse(job.finishedAt ?? '');
+  const due = (Number.isNaN(finished) ? nowMs : finished) + KUBELET_REPORT_WAIT_MS;
+  if (nowMs < due) return { job: { ...job, phase: 'running' }, recheckAt: due };
+  return {
+    job: {
+      ...job,
+      phase: 'failed',
+      result: {
+        reason: HANDLER_NOT_REPORTED,
+        message: `the installer reported ${job.handler} installed, but the node's kubelet did not list it in status.runtimeHandlers within ${KUBELET_REPORT_WAIT_MS / 1000}s (it lists ${listed.map(h => h || '(default)').join(', ')})`,
+      },
+    },
+  };
+}
+
 export function plan(input: PlanInput): Plan {
   const { shim, now, retry: policy } = input;
   const name = shim.metadata.name;
@@ -289,9 +324,19 @@ export function plan(input: PlanInput): Plan {
   if (invalid) actions.push(...invalidEvent(previous, invalid));
   const desired = invalid || deleting ? undefined : { handler: shim.spec.runtimeClass.handler, revision };
 
+  const nowMs = Date.parse(now);
+  let requeueAt: number | undefined;
   const own = new Map<string, JobView[]>();
   const others = new Map<string, JobView[]>();
-  for (const job of input.jobs) {
+  let nodesByName: Map<string, NodeView> | undefined;
+  for (const seen of input.jobs) {
+    let job = seen;
+    if (job.shimUid === uid && job.phase === 'succeeded' && job.operation === 'install') {
+      nodesByName ??= new Map(input.nodes.map(n => [n.name, n]));
+      const judged = confirmByKubelet(job, nodesByName.get(job.node), nowMs);
+      job = judged.job;
+      if (judged.recheckAt !== undefined) requeueAt = Math.min(requeueAt ?? judged.recheckAt, judged.recheckAt);
+    }
     const index = job.shimUid === uid ? own : others;
     index.set(job.node, [...(index.get(job.node) ?? []), job]);
   }
@@ -299,9 +344,7 @@ export function plan(input: PlanInput): Plan {
   const tally = emptyTally(revision, { invalid, deleting, nodes: selected.length });
   const candidates: Candidate[] = [];
   let traced = 0;
-  let requeueAt: number | undefined;
   const results: Result[] = [];
-  const nowMs = Date.parse(now);
   const nodeNames = new Set(input.nodes.map(n => n.name));
 
   for (const node of [...input.nodes].sort((a, b) => (a.name < b.name ? -1 : 1))) {

@@ -2,7 +2,7 @@
 // protobuf encoding: the same values slim.ts keeps from JSON (a test holds the two equal on
 // objects from a real API server), without decoding what is dropped. Field numbers are
 // those of k8s.io/api's generated.proto (core/v1, batch/v1) and apimachinery's meta/v1.
-import { ContainerState, OUR_ANNOTATIONS, SlimJob, SlimPod } from './slim';
+import { ContainerState, OUR_ANNOTATIONS, runtimeHandlersOf, SlimJob, SlimPod } from './slim';
 import { NodeView } from './types';
 import { Fields } from '../shared/kube/protobuf';
 
@@ -82,11 +82,12 @@ function optional(value: string): string | undefined {
 
 const ours = (key: string) => key.includes(OUR_ANNOTATIONS);
 
-/** Node: metadata 1, spec 2 (unschedulable 4), status 3 (conditions 4: type 1, status 2; nodeInfo 7: bootID 3). */
+/** Node: metadata 1, spec 2 (unschedulable 4), status 3 (conditions 4: type 1, status 2; nodeInfo 7: bootID 3; runtimeHandlers 12: name 1). */
 export function nodeFromProto(buf: Buffer): NodeView {
   let ready = false;
   let schedulable = true;
   let bootID: string | undefined;
+  const handlers: string[] = [];
   const m = readObject(buf, {
     keepAnnotation: ours,
     spec: s => {
@@ -105,10 +106,16 @@ export function nodeFromProto(buf: Buffer): NodeView {
       } else if (s.no === 7) {
         const i = s.nested();
         while (i.next()) if (i.no === 3) bootID = optional(i.text());
+      } else if (s.no === 12) {
+        // runtimeHandlers (Kubernetes 1.30+): NodeRuntimeHandler name 1 (empty: the default handler).
+        let name = '';
+        const h = s.nested();
+        while (h.next()) if (h.no === 1) name = h.text();
+        handlers.push(name);
       }
     },
   });
-  return { name: m.name, labels: m.labels ?? {}, annotations: m.annotations ?? {}, ready, schedulable, bootID };
+  return { name: m.name, labels: m.labels ?? {}, annotations: m.annotations ?? {}, ready, schedulable, bootID, ...runtimeHandlersOf(handlers) };
 }
 
 /**

@@ -36,8 +36,17 @@ export function slimNode(raw: any): NodeView {
     ready: (raw.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True'),
     schedulable: !raw.spec?.unschedulable,
     bootID: raw.status?.nodeInfo?.bootID || undefined,
+    ...runtimeHandlersOf((raw.status?.runtimeHandlers ?? []).map((h: any) => h?.name ?? '')),
   };
 }
+
+/** The node's runtime handlers, absent where it reports none (the field is unknown to its kubelet, or its runtime tells none). */
+export function runtimeHandlersOf(names: string[]): { runtimeHandlers?: readonly string[] } {
+  return names.length > 0 ? { runtimeHandlers: names } : {};
+}
+
+const sameList = (a: readonly string[] | undefined, b: readonly string[] | undefined) =>
+  a === b || (a !== undefined && b !== undefined && a.length === b.length && a.every((x, i) => x === b[i]));
 
 /** What the controller keeps of an installer Job: its identity, annotations and outcome. */
 export interface SlimJob {
@@ -117,6 +126,7 @@ export function nodeChangeAffects(shim: ShimObject, before: NodeView | undefined
   if (selected(before) !== selected(after)) return true;
   if (!involved) return false;
   if (before.ready !== after.ready || before.schedulable !== after.schedulable || before.bootID !== after.bootID) return true;
+  if (!sameList(before.runtimeHandlers, after.runtimeHandlers)) return true;
   // Its own keys; another Shim's record (a handler it may be waiting for); any other label.
   const matters = (k: string) => k.startsWith(prefix) || k.endsWith(INSTALLED) || !k.includes(OUR_ANNOTATIONS);
   return changedKeys(before.labels, after.labels).some(matters) || changedKeys(before.annotations, after.annotations).some(matters);

@@ -46,6 +46,12 @@ export interface NodeView {
   readonly schedulable: boolean;
   /** `status.nodeInfo.bootID`: a new one means the node rebooted (its containerd config may be new). */
   readonly bootID?: string;
+  /**
+   * `status.runtimeHandlers` by name, where the node reports them (the field is beta in
+   * Kubernetes 1.31, GA in 1.33, and filled from the runtime's CRI status: containerd 2.0+,
+   * CRI-O 1.30+); undefined where it does not (an older kubelet or runtime, an empty list).
+   */
+  readonly runtimeHandlers?: readonly string[];
 }
 
 export type Operation = 'install' | 'uninstall';

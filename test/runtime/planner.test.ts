@@ -1,6 +1,6 @@
 import { POLICY, World } from './planner-world';
 import { readRecord, recordKeys } from '../../src/runtime/node-record';
-import { backoffSeconds, FINALIZER, jobName, maxInFlight, plan, PlanInput, RETRY_ANNOTATION, revisionOf } from '../../src/runtime/planner';
+import { backoffSeconds, FINALIZER, HANDLER_NOT_REPORTED, jobName, KUBELET_REPORT_WAIT_MS, maxInFlight, plan, PlanInput, RETRY_ANNOTATION, revisionOf } from '../../src/runtime/planner';
 import { desiredRuntimeClass, METADATA_DIGEST_ANNOTATION, quantityNanos } from '../../src/runtime/runtime-class';
 import { Action, Condition, JobView, NodeView, RuntimeClassView, ShimObject, ShimSpec } from '../../src/runtime/types';
 import { ShimNodeLabels } from '../../src/shared/node-labels';
@@ -914,5 +914,53 @@ describe('bookkeeping', () => {
     const again = run({ shim: s, nodes: [recorded], jobs: [failed] });
     expect(kinds(again.actions, 'event')).toEqual([]);
     expect(kinds(again.actions, 'writeNode')).toEqual([]);
+  });
+});
+
+describe('a node that reports its runtime handlers (status.runtimeHandlers, Kubernetes 1.30+ with containerd 2.0+)', () => {
+  const s = shim();
+  const later = (ms: number) => new Date(Date.parse(NOW) + ms).toISOString();
+  const gate = (actions: Action[]) => kinds(actions, 'writeNode').map(a => a.labels[KEYS.handler]);
+
+  test.each([
+    ['does not report the field (Kubernetes 1.20, containerd 1.x): the installer\'s check alone puts the gate up', undefined, 0, 'spin'],
+    ['lists the handler: the gate goes up', ['', 'runc', 'spin'], 0, 'spin'],
+  ])('a node that %s', (_what, runtimeHandlers, _wait, expected) => {
+    // GIVEN an install that succeeded on the node
+    const n = node('n1', {}, {}, runtimeHandlers ? { runtimeHandlers } : {});
+    // WHEN the planner records it
+    const { actions } = run({ shim: s, nodes: [n], jobs: [job('n1', s, 'succeeded')] });
+    // THEN the gate goes up
+    expect(gate(actions)).toEqual([expected]);
+  });
+
+  test('does not list the handler yet: the install holds its slot, no gate, and the planner looks again when the wait ends', () => {
+    // GIVEN an install that succeeded, on a node whose kubelet lists only the runtime's own handlers
+    const n = node('n1', {}, {}, { runtimeHandlers: ['', 'runc'] });
+    const done = job('n1', s, 'succeeded');
+    // WHEN the planner runs at once
+    const { actions, requeueAfterSeconds, status } = run({ shim: s, nodes: [n], jobs: [done] });
+    // THEN nothing is recorded or gated, the Job is kept, and the planner is due again at the wait's end
+    expect(gate(actions)).toEqual([]);
+    expect(kinds(actions, 'deleteSucceededJobs')).toEqual([]);
+    expect(status.nodesReady).toBe(0);
+    expect(requeueAfterSeconds).toBe(KUBELET_REPORT_WAIT_MS / 1000);
+    // AND once the kubelet lists it, the gate goes up
+    const listed = run({ shim: s, nodes: [{ ...n, runtimeHandlers: ['', 'runc', 'spin'] }], jobs: [done], now: later(5_000) });
+    expect(gate(listed.actions)).toEqual(['spin']);
+  });
+
+  test('never lists the handler: the install failed, with a reason that says what the kubelet lists, and is retried', () => {
+    const n = node('n1', {}, {}, { runtimeHandlers: ['', 'runc'] });
+    // WHEN the wait is over
+    const { actions, status } = run({ shim: s, nodes: [n], jobs: [job('n1', s, 'succeeded')], now: later(KUBELET_REPORT_WAIT_MS) });
+    // THEN no gate, and the node's record holds the failure with its reason
+    expect(gate(actions).filter(Boolean)).toEqual([]);
+    const write = kinds(actions, 'writeNode')[0];
+    const failure = JSON.parse(write.annotations[KEYS.failure] ?? 'null');
+    expect(failure).toMatchObject({ reason: HANDLER_NOT_REPORTED, message: expect.stringMatching(/did not list it in status.runtimeHandlers .* \(default\), runc/) });
+    // AND the node is retried (Degraded only once the threshold of attempts is reached)
+    expect(status.failedNodes[0]).toMatchObject({ name: 'n1', operation: 'install', reason: HANDLER_NOT_REPORTED, attempts: 1 });
+    expect(status).toMatchObject({ nodesRetrying: 1, nodesReady: 0 });
   });
 });

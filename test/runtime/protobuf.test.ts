@@ -1,3 +1,5 @@
+import { slimNode } from '../../src/runtime/slim';
+import { nodeFromProto } from '../../src/runtime/slim-proto';
 import { Fields, unwrap } from '../../src/shared/kube/protobuf';
 
 // The wire format reader on hand-made messages; real objects from an API server are covered
@@ -58,4 +60,18 @@ test('damaged input is refused, not misread', () => {
   expect(read([...key(1, 3)])).toThrow(/unsupported wire type 3/);
   expect(() => unwrap(Buffer.from('{"kind":"Node"}'))).toThrow(/no k8s magic/);
   expect(unwrap(Buffer.from([0x6b, 0x38, 0x73, 0x00, ...str(2, 'object')])).toString()).toBe('object');
+});
+
+test('a Node\'s status.runtimeHandlers (Kubernetes 1.30+; a 1.20 API server drops the field, so it is made here) is read by name, the default handler as ""', () => {
+  // GIVEN a Node as an API server of 1.30+ encodes it: metadata 1 (name 1), status 3 (runtimeHandlers 12: name 1, features 2)
+  const handler = (name: string) => str(12, Buffer.from([...(name ? str(1, name) : []), ...str(2, Buffer.from(int(1, 1n)))]));
+  const withHandlers = Buffer.from([...str(1, Buffer.from(str(1, 'n1'))), ...str(3, Buffer.from([...handler(''), ...handler('runc'), ...handler('spin')]))]);
+  const without = Buffer.from([...str(1, Buffer.from(str(1, 'n1'))), ...str(3, Buffer.from([]))]);
+  // THEN the view lists them, and a node without the field has none (undefined: not reported, not "no handler")
+  expect(nodeFromProto(withHandlers)).toMatchObject({ name: 'n1', runtimeHandlers: ['', 'runc', 'spin'] });
+  expect(nodeFromProto(without).runtimeHandlers).toBeUndefined();
+  // AND the JSON view agrees
+  expect(slimNode({ metadata: { name: 'n1' }, status: { runtimeHandlers: [{ name: '' }, { name: 'runc' }, { name: 'spin', features: { recursiveReadOnlyMounts: true } }] } }).runtimeHandlers)
+    .toEqual(['', 'runc', 'spin']);
+  expect(slimNode({ metadata: { name: 'n1' }, status: {} }).runtimeHandlers).toBeUndefined();
 });
