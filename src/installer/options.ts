@@ -91,9 +91,13 @@ export const FLAGS: FlagSpec[] = [
   { name: 'help', help: 'show this help' },
 ];
 
+/** The package version, set by the bundler (the images are released with it); unset when not bundled. */
+declare const RCM_VERSION: string | undefined;
+
 export function helpText(): string {
   const lines = FLAGS.map(f => `  --${f.name}${f.arg ? ' ' + f.arg : ''} `.padEnd(38) + f.help);
   return [
+    `rcm-node-installer ${typeof RCM_VERSION === 'string' ? RCM_VERSION : '(unversioned build)'}`,
     'Usage: rcm-node-installer install|uninstall|status [flags]',
     '',
     'Installs a containerd shim on this node and registers it as a runtime handler,',

@@ -21,8 +21,10 @@ function withLibraries(binary: string, target: string): LayerFile[] {
   return [{ source: binary, target }, ...libs.map(lib => ({ source: fs.realpathSync(lib), target: lib, mode: 0o755 }))];
 }
 
+/** As `npx projen bundle:programs` bundles them: RCM_VERSION is the package version (the release has bumped it by then). */
 function bundle(entry: string, outfile: string): void {
-  buildSync({ entryPoints: [entry], bundle: true, platform: 'node', target: 'node20', outfile, logLevel: 'error' });
+  const version = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8')).version;
+  buildSync({ entryPoints: [entry], bundle: true, platform: 'node', target: 'node20', outfile, logLevel: 'error', define: { RCM_VERSION: JSON.stringify(version) } });
 }
 
 /**
