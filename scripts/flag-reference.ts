@@ -9,6 +9,8 @@
 //   npx jest test/docs/flag-reference.test.ts                       # fails when the page is stale
 import * as fs from 'fs';
 import * as path from 'path';
+// typescript is a devDependency: this script runs in a checkout, never in the package.
+// eslint-disable-next-line import/no-extraneous-dependencies
 import * as ts from 'typescript';
 import { envName } from '../src/shared/flags';
 
@@ -40,7 +42,7 @@ const PROGRAMS: Program[] = [
   {
     name: 'rcm-node-agent',
     source: 'src/agent/main.ts',
-    runs: 'The node agent DaemonSet (install mode NodeAgent). Installer flags given after `--` apply to every installer run of the agent; the agent passes `--host-root=/host --json-logs` itself, and `installerEnv` reaches its installer runs as `RCM_*` variables.',
+    runs: 'The node agent DaemonSet (install mode NodeAgent). Installer flags given after `--` apply to every installer run of the agent (which sets the host root, `/host` in its pod, and JSON logs itself); `installerEnv` reaches its installer runs as `RCM_*` variables.',
   },
 ];
 
