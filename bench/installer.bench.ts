@@ -17,7 +17,7 @@
 // that reads getrusage at exit; the baseline's largest process: curl, sha256sum, tar, gzip)
 // and bytes written to storage (/proc's write_bytes, with what each ran); and a larger one (the
 // same plus two more copies of its largest library, 446 MB) to see whether the RSS keeps growing.
-import { execFile, exec, execFileSync } from 'child_process';
+import { execFile, exec, execFileSync, spawn } from 'child_process';
 import { promisify } from 'util';
 import * as crypto from 'crypto';
 import * as fs from 'fs';
@@ -131,12 +131,37 @@ async function main(): Promise<void> {
   const rcm: Figures[] = [];
   const old: Figures[] = [];
   const base: Figures[] = [];
+  const resultFile = path.join(work, 'result.json');
+  const args = ['--host-root=/', `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`, `--config=${daemon.config}`,
+    `--socket=${daemon.socket}`, '--distro=containerd', '--restart=command', `--restart-command=${daemon.restartCommand}`,
+    '--handler=bench', `--result-file=${resultFile}`];
+  // The node agent's way: one process for every install (started once, before the rounds),
+  // with the flag the agent adds (it gathers a node's requests itself, before the installs).
+  const agentBundle = path.join(work, 'lib', 'in-process-installer.js');
+  buildSync({ entryPoints: ['bench/in-process-installer.ts'], bundle: true, platform: 'node', target: 'node20', format: 'cjs', outfile: agentBundle, logLevel: 'error' });
+  const agentProcess = spawn(NODE, [agentBundle], { stdio: ['pipe', 'pipe', 'ignore'] });
+  const answers: ((line: string) => void)[] = [];
+  let buffered = '';
+  agentProcess.stdout!.on('data', d => {
+    buffered += d;
+    for (let i = buffered.indexOf('\n'); i >= 0; i = buffered.indexOf('\n')) {
+      answers.shift()?.(buffered.slice(0, i));
+      buffered = buffered.slice(i + 1);
+    }
+  });
+  const inProcess = (argv: string[]) => new Promise<{ ms: number; result: any }>(resolve => {
+    answers.push(line => resolve(JSON.parse(line)));
+    agentProcess.stdin!.write(JSON.stringify(argv) + '\n');
+  });
+  const agentRuns: Figures[] = [];
+  const installInProcess = async (): Promise<Figures> => {
+    const { ms, result } = await inProcess(['install', `--location=${url}`, `--sha256=${sha256}`, ...args, '--set-gather=0']);
+    if (result.outcome !== 'installed') throw new Error(`in-process install: ${result.outcome}: ${result.message}`);
+    await inProcess(['uninstall', ...args, '--set-gather=0']);
+    return { total: ms };
+  };
   const install = async (bundleFile: string): Promise<Figures> => {
     const env = { ...process.env, ...(COMPILE_CACHE && bundleFile === installer ? cacheEnv : {}) };
-    const resultFile = path.join(work, 'result.json');
-    const args = ['--host-root=/', `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`, `--config=${daemon.config}`,
-      `--socket=${daemon.socket}`, '--distro=containerd', '--restart=command', `--restart-command=${daemon.restartCommand}`,
-      '--handler=bench', `--result-file=${resultFile}`];
     const wall = await timed(() => run(NODE, [bundleFile, 'install', `--location=${url}`, `--sha256=${sha256}`, ...args], { env }));
     const figures = phases(wall, JSON.parse(fs.readFileSync(resultFile, 'utf8')).timings);
     await run(NODE, [bundleFile, 'uninstall', ...args], { env });
@@ -146,6 +171,7 @@ async function main(): Promise<void> {
     for (let i = 0; i < rounds; i++) {
       rcm.push(await install(installer));
       if (before) old.push(await install(before));
+      agentRuns.push(await installInProcess());
 
       const dir = path.join(work, `baseline-${i}`);
       fs.mkdirSync(dir);
@@ -158,6 +184,7 @@ async function main(): Promise<void> {
     }
     if (PAYLOAD_ROUNDS > 0) payloadReport = await payloads({ work, installer, cacheEnv, daemon, served, base: url.replace(/\/shim\.tgz$/, '') });
   } finally {
+    agentProcess.kill();
     server.close();
     await daemon.stop();
     fs.rmSync(work, { recursive: true, force: true });
@@ -199,6 +226,10 @@ async function main(): Promise<void> {
   console.log(`summary: rcm ${cell(rcm, 'total')!.toFixed(0)} ms, baseline ${cell(base, 'total')!.toFixed(0)} ms, ratio of medians `
     + `${(cell(rcm, 'total')! / cell(base, 'total')!).toFixed(2)}x, median of per-round ratios ${median(ratios).toFixed(2)}x`
     + (before ? `, before ${(cell(old, 'total')! / cell(base, 'total')!).toFixed(2)}x` : ''));
+  const agentRatios = agentRuns.map((f, i) => f.total / base[i].total);
+  console.log(`summary: node agent (the installer in its long-running process, --set-gather=0 as the agent runs it) ${cell(agentRuns, 'total')!.toFixed(0)} ms, `
+    + `baseline ${cell(base, 'total')!.toFixed(0)} ms, ratio of medians ${(cell(agentRuns, 'total')! / cell(base, 'total')!).toFixed(2)}x, `
+    + `median of per-round ratios ${median(agentRatios).toFixed(2)}x (the agent's gathering of a node's requests, 0.5 s after the last, comes before)`);
   console.log('Each row is its own median (the rows need not add up). The rcm total is the wall time of the whole process;');
   console.log('the baseline has no config edit, no preflight, no lock, journal, fsyncs or rollback, and its health check is "ctr version" alone.');
   for (const line of payloadReport) console.log(line);

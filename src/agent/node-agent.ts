@@ -35,11 +35,35 @@ interface NodeState {
 
 const HANDLER_LABEL = `.${ShimNodeLabels.DOMAIN}/handler`;
 
+/**
+ * Requests are started together once none came for this long (ms). The installers then need
+ * no gather window of their own (the agent passes --set-gather=0): they all announce
+ * themselves at once, and the last to write its change restarts containerd for all.
+ */
+const GATHER_QUIET_MS = 500;
+/** ... and at most this long after the first of them. */
+const GATHER_MAX_MS = 3000;
+
+/**
+ * One installer run in this process (no process start, as a Job's pod has): `argv` is the
+ * command and its flags, over the RCM_* variables of `env`. The node agent runs every request
+ * this way; bench/installer.bench.ts times it the same way.
+ */
+export function runInstallerInProcess(argv: string[], env: NodeJS.ProcessEnv, platform: string, log: Logger): Promise<InstallResult> {
+  const options = parseOptions(argv, env, platform);
+  if (options === 'help') throw new InstallerError(ExitCode.BAD_INPUT, 'InvalidInput', 'the request asks for help');
+  return new Installer(options as InstallerOptions, log, true).run();
+}
+
 export class NodeAgent {
   /** Requests being carried out or waiting for their Shim's previous one, by name. */
   private readonly running = new Map<string, Promise<void>>();
   /** The last run of each Shim: its next request waits for it (a request withdrawn mid-run may be followed by another). */
   private readonly lastOfShim = new Map<string, Promise<void>>();
+  /** Requests seen and not started yet (gathered for one change set), by name. */
+  private readonly arriving = new Map<string, { shim: string; admitted: AdmittedRequest }>();
+  private gatherTimer?: NodeJS.Timeout;
+  private firstArrival?: number;
   private node?: NodeState;
   private watch?: { done: Promise<void>; abort: () => void };
   private stopped = false;
@@ -79,6 +103,7 @@ export class NodeAgent {
   /** Stops taking requests and waits (at most `graceMs`) for those under way: a change in progress is finished. */
   async stop(graceMs = 60_000): Promise<void> {
     this.stopped = true;
+    if (this.gatherTimer) clearTimeout(this.gatherTimer);
     this.watch?.abort();
     if (this.driftTimer) clearInterval(this.driftTimer);
     await Promise.race([Promise.allSettled([...this.running.values(), this.checking]), new Promise(res => setTimeout(res, graceMs))]);
@@ -92,11 +117,33 @@ export class NodeAgent {
   private onNode(node: any): void {
     this.node = { labels: node.metadata?.labels ?? {}, annotations: node.metadata?.annotations ?? {} };
     if (this.stopped) return;
+    let added = false;
     for (const { shim, admitted, result } of requestsOn(this.node.annotations)) {
       // Done, or under way here. A result `running` that nobody here runs was left by an agent
       // that ended: the run is made again (an install is idempotent; the journal finishes or
       // undoes what it left).
-      if ((result && result.phase !== 'running') || this.running.has(admitted.name)) continue;
+      if ((result && result.phase !== 'running') || this.running.has(admitted.name) || this.arriving.has(admitted.name)) continue;
+      this.arriving.set(admitted.name, { shim, admitted });
+      added = true;
+    }
+    if (!added) return;
+    // The controller admits a node's operations of several Shims one reconcile apart, a few
+    // milliseconds to a second: they are started together once no new one came for
+    // GATHER_QUIET_MS (at most GATHER_MAX_MS after the first), so that they make one change set.
+    this.firstArrival ??= Date.now();
+    if (this.gatherTimer) clearTimeout(this.gatherTimer);
+    const wait = Math.max(0, Math.min(GATHER_QUIET_MS, this.firstArrival + GATHER_MAX_MS - Date.now()));
+    this.gatherTimer = setTimeout(() => this.startArrived(), wait);
+  }
+
+  /** Starts every request gathered: at once, so that the installers' change set takes them all (one restart). */
+  private startArrived(): void {
+    this.gatherTimer = undefined;
+    this.firstArrival = undefined;
+    const arrived = [...this.arriving.values()];
+    this.arriving.clear();
+    if (this.stopped) return;
+    for (const { shim, admitted } of arrived) {
       // One Shim's requests run one after the other: the controller may withdraw a request the
       // agent has taken but not yet reported (its node went NotReady) and admit another later.
       const previous = this.lastOfShim.get(shim);
@@ -167,9 +214,7 @@ export class NodeAgent {
         `the artifact of ${admitted.handler} is in an image (${request.artifactOrigin}); install mode NodeAgent fetches artifacts over HTTP(S) only: use install mode Jobs for it`);
     }
     const env = Object.fromEntries(toEnv(request).map(e => [e.name, e.value]));
-    const options = parseOptions([request.command, ...this.settings.installerArgs], { ...process.env, ...env }, this.settings.platform);
-    if (options === 'help') throw new InstallerError(ExitCode.BAD_INPUT, 'InvalidInput', 'the request asks for help');
-    return new Installer(options as InstallerOptions, this.log, true).run();
+    return runInstallerInProcess([request.command, ...this.settings.installerArgs], { ...process.env, ...env }, this.settings.platform, this.log);
   }
 
   /**
@@ -211,8 +256,7 @@ export class NodeAgent {
       if (requestsOn(node.annotations).some(r => r.admitted.handler === handler && (!r.result || r.result.phase === 'running'))) continue;
       let problem: string | undefined;
       try {
-        const options = parseOptions(['status', `--handler=${handler}`, ...this.settings.installerArgs], process.env, this.settings.platform);
-        const status = await new Installer(options as InstallerOptions, this.log, true).run();
+        const status = await runInstallerInProcess(['status', `--handler=${handler}`, ...this.settings.installerArgs], process.env, this.settings.platform, this.log);
         if (status.installed) continue;
         problem = status.message;
       } catch (e) {
