@@ -2,7 +2,7 @@
 // node record, and the agent's results come back as the Jobs' phases. The planner is the
 // same in both modes; only what carries an operation to the node differs.
 import { installerRequest, JobSettings } from './jobs';
-import { INSTALLER_FAILED, JobRequest, JobView, NodeView, ShimObject } from './types';
+import { NO_INSTALLER_REPORT, JobRequest, JobView, NodeView, ShimObject } from './types';
 import { AdmittedRequest, AgentResult, requestKey, requestsOn, resultKey } from '../shared/agent-protocol';
 
 /**
@@ -55,7 +55,7 @@ export function agentJobViews(nodes: readonly NodeView[], nowMs: number): JobVie
         started: reported !== undefined,
         createdAt: admitted.createdAt,
         ...(result?.finishedAt ? { finishedAt: result.finishedAt } : {}),
-        ...(phase === 'failed' ? { result: { reason: outcome?.reason ?? INSTALLER_FAILED, message: outcome?.message ?? 'the node agent reported a failure without a reason', outcome: outcome?.outcome } } : {}),
+        ...(phase === 'failed' ? { result: { reason: outcome?.reason ?? NO_INSTALLER_REPORT, message: outcome?.message ?? 'the node agent reported a failure without a reason', outcome: outcome?.outcome } } : {}),
         ...(phase === 'succeeded' && outcome ? { result: { reason: outcome.reason, message: outcome.message, outcome: outcome.outcome } } : {}),
       });
     }

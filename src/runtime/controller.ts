@@ -181,9 +181,9 @@ export class Controller {
     }
   }
 
-  /** Every installer Job with its own pods (matched by the Job's uid, not its reusable name). */
-  private jobViews(): JobView[] {
-    if (this.agentMode) return this.withCreated(this.requestViews());
+  /** Every installer Job with its own pods (matched by the Job's uid, not its reusable name), judged at `nowMs`. */
+  private jobViews(nowMs: number): JobView[] {
+    if (this.agentMode) return this.withCreated(this.requestViews(nowMs));
     const podsByJob = new Map<string, any[]>();
     for (const pod of this.pods!.list()) {
       const uid = pod.metadata?.labels?.['controller-uid'] ?? pod.metadata?.labels?.['batch.kubernetes.io/controller-uid'];
@@ -192,14 +192,14 @@ export class Controller {
     const listed = this.jobs!.list();
     const views = listed
       .filter(j => !this.deletedJobs.has(j.metadata.name))
-      .map(j => jobView(j, podsByJob.get(j.metadata.uid) ?? []))
+      .map(j => jobView(j, podsByJob.get(j.metadata.uid) ?? [], nowMs))
       .filter((j): j is JobView => j !== undefined);
     return this.withCreated(views, new Set(listed.map(j => j.metadata.name)));
   }
 
   /** The requests in the node records (install mode NodeAgent), as Jobs; withdrawn ones the cache still shows are left out. */
-  private requestViews(): JobView[] {
-    const all = agentJobViews(this.nodes.list(), Date.now());
+  private requestViews(nowMs: number): JobView[] {
+    const all = agentJobViews(this.nodes.list(), nowMs);
     const shown = new Set(all.map(v => v.name));
     // A withdrawal is complete once the cache no longer shows the request.
     for (const name of this.deletedJobs) if (!shown.has(name)) this.deletedJobs.delete(name);
@@ -241,7 +241,9 @@ export class Controller {
       this.metrics.forgetShim(name); // gone: its finalizer was released already
       return;
     }
-    const jobs = this.jobViews();
+    // One clock reading per pass: the views and the plan judge time by the same `now`.
+    const nowMs = Date.now();
+    const jobs = this.jobViews(nowMs);
     this.metrics.observeJobs(jobs);
     const result = plan({
       shim,
@@ -250,7 +252,7 @@ export class Controller {
       otherShims: this.shims.list().filter(s => s.metadata.name !== name),
       runtimeClasses: this.runtimeClassViews(shim),
       retry: this.settings.retry,
-      now: new Date().toISOString(),
+      now: new Date(nowMs).toISOString(),
     });
     const created: JobRequest[] = [];
     try {

@@ -2,7 +2,7 @@
 // Jobs carry no owner reference: the garbage collector must never delete an uninstall that
 // is restarting containerd (foreground deletion of the Shim would); the planner removes them.
 import { runtimeOptionsOf } from './planner';
-import { ImageArtifact, INSTALLER_FAILED, JobRequest, JobView, ShimObject } from './types';
+import { ImageArtifact, NO_INSTALLER_REPORT, JobRequest, JobView, ShimObject } from './types';
 import { InstallerRequest, POD_HOST_ROOT, toEnv } from '../shared/installer-contract';
 
 export const MANAGED_BY = 'rcm-controller';
@@ -176,7 +176,7 @@ function parseResult(message: string | undefined): JobView['result'] {
     const r = JSON.parse(message);
     return { reason: r.reason, message: r.message, outcome: r.outcome };
   } catch {
-    return { reason: INSTALLER_FAILED, message: message.trim().split('\n').slice(-3).join(' ').slice(0, 500) };
+    return { reason: NO_INSTALLER_REPORT, message: message.trim().split('\n').slice(-3).join(' ').slice(0, 500) };
   }
 }
 

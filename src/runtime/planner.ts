@@ -10,7 +10,7 @@ import * as crypto from 'crypto';
 import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation } from './node-record';
 import { planRuntimeClass } from './runtime-class';
 import {
-  Action, Condition, FailedNode, FailureRecord, INSTALLER_FAILED, JobRequest, JobView, NodeArtifact, NodeRecord, NodeView, Operation, Plan,
+  Action, Condition, FailedNode, FailureRecord, NO_INSTALLER_REPORT, JobRequest, JobView, NodeArtifact, NodeRecord, NodeView, Operation, Plan,
   RetryPolicy, RuntimeClassView,
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
@@ -413,7 +413,7 @@ export function plan(input: PlanInput): Plan {
     // rollout must not move on to the next node past a failure.
     let betweenAttempts = false;
     if (relevant) {
-      const nextAt = Date.parse(failure.at) + backoffSeconds(policy, failure.attempt, failure.reason !== INSTALLER_FAILED) * 1000;
+      const nextAt = Date.parse(failure.at) + backoffSeconds(policy, failure.attempt, failure.reason !== NO_INSTALLER_REPORT) * 1000;
       const entry = failedNode(node.name, failure, policy, new Date(Number.isNaN(nextAt) ? nowMs : nextAt).toISOString());
       betweenAttempts = !entry.exhausted;
       tally.failures.push(entry);

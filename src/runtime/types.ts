@@ -228,7 +228,8 @@ export interface NodeArtifact {
 }
 
 /**
- * The reason of a Job's failure when the installer reported none: its container never ran
- * (CreateContainerError, RunContainerError while containerd restarted) or it crashed.
+ * The reason of a failure the installer did not report itself: its container never ran
+ * (CreateContainerError, RunContainerError while containerd restarted), it crashed, or a node
+ * agent's report had no reason. (The value is the reason users have seen in status since 0.x.)
  */
-export const INSTALLER_FAILED = 'InstallerFailed';
+export const NO_INSTALLER_REPORT = 'InstallerFailed';
