@@ -1,7 +1,7 @@
 // The pure planner: observed state in, actions and status out. No I/O, no clocks except
 // the `now` it is given, so every decision is a table test away.
 //
-// The state model (README, "Where a shim runs"): each node records per Shim what is
+// The state model (docs/operators/state-model.md): each node records per Shim what is
 // installed (handler, revision, artifact hash, boot ID) and the last failure; the handler
 // label is the only scheduling gate and is set only while that handler is installed,
 // registered and meant to serve. Every other decision is derived from that record, the

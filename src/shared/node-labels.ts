@@ -28,7 +28,7 @@ export class ShimNodeLabels {
   public static readonly PROVISIONED = 'provisioned';
   /** The state value: the last operation failed and is retried after a backoff. */
   public static readonly RETRYING = 'retrying';
-  /** The state value: the operation failed as often as the controller allows; it stops the rollout (see the Shim's status). */
+  /** The state value: the operation failed as often as the controller allows, which stops the rollout (see the Shim's status). */
   public static readonly FAILED = 'failed';
   /** The state value: the node is no longer selected (or the Shim is deleted) and the shim is being removed. */
   public static readonly UNINSTALLING = 'uninstalling';

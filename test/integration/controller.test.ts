@@ -741,7 +741,7 @@ function kubectlAsync(args: string[], input?: string): Promise<string> {
   });
 }
 
-test('teardown as the README says: Shims first (the controller uninstalls them), then the rest', async () => {
+test('teardown as docs/users/day-two.md says: Shims first (the controller uninstalls them), then the rest', async () => {
   // GIVEN a Shim applied from synthesized YAML and installed on the wasm nodes
   verdict = () => 'succeed';
   const chart = Testing.chart();

@@ -449,7 +449,7 @@ describe('I6: failures are handled like an operator would', () => {
     expect(w.nodes.get('a')!.annotations[KEYS.failure]).toBeUndefined();
   });
 
-  test('backoff doubles and is bounded; once failureThreshold is reached, the longest delay (README)', () => {
+  test('backoff doubles and is bounded; once failureThreshold is reached, the longest delay (docs/operators/state-model.md)', () => {
     expect([1, 2, 3, 4, 5].map(n => backoffSeconds(POLICY, n))).toEqual([10, 20, 80, 80, 80]);
     expect([1, 2, 3, 4, 5].map(n => backoffSeconds({ ...POLICY, failureThreshold: 5 }, n))).toEqual([10, 20, 40, 80, 80]);
   });
