@@ -16,7 +16,11 @@ const project = new cdk8s.ConstructLibraryCdk8s({
   defaultReleaseBranch: 'main',
   packageManager: javascript.NodePackageManager.NPM,
   projenrcTs: true,
+  // Consumers' floor (package.json engines): the library's JavaScript still runs on 20.19, which
+  // the end-to-end suites use. The release jobs run on Node.js 24 as CI's unit tests and release
+  // dry run do (Node.js 20 is end of life; projen's changelog packages want 22 or later).
   minNodeVersion: '20.19.0',
+  workflowNodeVersion: '24.x',
   jsiiVersion: '~5.9.0',
   typescriptVersion: '~5.9.0',
   cdk8sVersion: '2.68.12',

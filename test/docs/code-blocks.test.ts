@@ -6,7 +6,7 @@ import Ajv from 'ajv';
 import { App, Chart } from 'cdk8s';
 import { parseAllDocuments } from 'yaml';
 import { RuntimeClassManager } from '../../src';
-import { createFreshApp, FreshApp, packTarball } from '../support/fresh-app';
+import { CodeBlock as Block, codeBlocks, createFreshApp, FreshApp, packTarball } from '../support/fresh-app';
 
 // Every code block of README.md, docs/**/*.md and CONTRIBUTING.md is checked:
 //  - ```ts: a complete main.ts of a fresh `cdk8s init typescript-app` app, with the packed
@@ -28,44 +28,12 @@ const SHELL_BUILTINS = ['cd', 'export', 'echo', 'set', 'unset', 'test', '[', '[[
 /** Words that start a command list rather than name a program. */
 const SHELL_KEYWORDS = ['if', 'then', 'else', 'elif', 'fi', 'do', 'done', 'while', 'until', '!', '{', '}', '(', ')', 'time', 'esac'];
 
-interface Block {
-  readonly file: string;
-  readonly line: number;
-  readonly lang: string;
-  readonly fragment: boolean;
-  readonly text: string;
-}
-
 function markdownFiles(): string[] {
   const docs = path.join(ROOT, 'docs');
   const inDocs = fs.existsSync(docs)
     ? fs.readdirSync(docs, { recursive: true }).map(String).filter(f => f.endsWith('.md')).map(f => path.join('docs', f))
     : [];
   return ['README.md', 'CONTRIBUTING.md', ...inDocs.sort()].filter(f => fs.existsSync(path.join(ROOT, f)));
-}
-
-/** The fenced code blocks of a Markdown file (``` or ~~~, possibly indented in a list). */
-export function codeBlocks(file: string, markdown: string): Block[] {
-  const lines = markdown.split('\n');
-  const blocks: Block[] = [];
-  for (let i = 0; i < lines.length; i++) {
-    const open = /^(\s*)(`{3,}|~{3,})\s*([\w+-]*)/.exec(lines[i]);
-    if (!open) continue;
-    const [, indent, fence, lang] = open;
-    let end = i + 1;
-    while (end < lines.length && !new RegExp(`^\\s*${fence[0]}{${fence.length},}\\s*$`).test(lines[end])) end++;
-    let before = i - 1;
-    while (before >= 0 && lines[before].trim() === '') before--;
-    blocks.push({
-      file,
-      line: i + 1,
-      lang: lang.toLowerCase(),
-      fragment: before >= 0 && lines[before].trim() === '<!-- fragment -->' && before === i - 1,
-      text: lines.slice(i + 1, end).map(l => (l.startsWith(indent) ? l.slice(indent.length) : l)).join('\n'),
-    });
-    i = end;
-  }
-  return blocks;
 }
 
 const blocks = markdownFiles().flatMap(f => codeBlocks(f, fs.readFileSync(path.join(ROOT, f), 'utf8')));

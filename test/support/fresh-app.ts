@@ -138,3 +138,35 @@ export function synthesizedObjects(outdir: string): any[] {
   if (files.length === 0) throw new Error(`no YAML in ${outdir}`);
   return files.flatMap(f => parseAllDocuments(fs.readFileSync(path.join(outdir, f), 'utf8')).map(d => d.toJS())).filter(o => o);
 }
+
+/** A fenced code block of a Markdown file. */
+export interface CodeBlock {
+  readonly file: string;
+  readonly line: number;
+  readonly lang: string;
+  /** The line right before the fence is `<!-- fragment -->`. */
+  readonly fragment: boolean;
+  readonly text: string;
+}
+
+/** The fenced code blocks of a Markdown file (``` or ~~~, possibly indented in a list). */
+export function codeBlocks(file: string, markdown: string): CodeBlock[] {
+  const lines = markdown.split('\n');
+  const blocks: CodeBlock[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^(\s*)(`{3,}|~{3,})\s*([\w+-]*)/.exec(lines[i]);
+    if (!open) continue;
+    const [, indent, fence, lang] = open;
+    let end = i + 1;
+    while (end < lines.length && !new RegExp(`^\\s*${fence[0]}{${fence.length},}\\s*$`).test(lines[end])) end++;
+    blocks.push({
+      file,
+      line: i + 1,
+      lang: lang.toLowerCase(),
+      fragment: i > 0 && lines[i - 1].trim() === '<!-- fragment -->',
+      text: lines.slice(i + 1, end).map(l => (l.startsWith(indent) ? l.slice(indent.length) : l)).join('\n'),
+    });
+    i = end;
+  }
+  return blocks;
+}
