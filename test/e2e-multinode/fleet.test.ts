@@ -4,12 +4,13 @@ import * as https from 'https';
 import * as path from 'path';
 import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
 import { parse } from 'smol-toml';
-import { MaxUpdate, PullPolicy, Rollout, RuntimeClassManager, ShimNodeLabels } from '../../src';
+import { MaxUpdate, PullPolicy, Rollout, RuntimeClassManager, ShimConstructProps, ShimNodeLabels } from '../../src';
 import { ArtifactServer, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
 import { ClusterNode, K3S_TEMPLATE, MultiNodeCluster, startMultiNodeCluster } from '../support/multi-node-cluster';
 import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
 import { BUSYBOX_IMAGE } from '../support/single-node-cluster';
+import { buildWasmImage, buildWasmPayload, WASM_VARIANT_ANNOTATION } from '../support/wasm';
 
 // The product on a fleet: three real kubelets 1.20.2 on this machine, one control plane, each
 // node with its own containerd. Two nodes are production-shaped: PID 1 is a real systemd
@@ -97,6 +98,8 @@ interface AppShim {
   readonly name: string;
   readonly version: string;
   readonly selector: Record<string, string>;
+  /** Props of its own instead of the fleet's artifact of `version` (the Wasm Shim). */
+  readonly props?: ShimConstructProps;
 }
 
 /**
@@ -122,6 +125,10 @@ function synthApp(shims: AppShim[], replicas = 1, createRuntimeClass?: boolean):
     installerEnv: { RCM_HEALTH_TIMEOUT: '12' },
   });
   for (const s of shims) {
+    if (s.props) {
+      manager.addShim(s.name, { ...s.props, nodeSelector: s.selector });
+      continue;
+    }
     const a = artifacts[s.version];
     manager.addShim(s.name, {
       handler: a.handler,
@@ -1109,4 +1116,202 @@ step('six Shims applied at once: every node restarts containerd once per wave (i
   process.stdout.write(`wave of six uninstalls in ${((Date.now() - deletedAt) / 1000).toFixed(1)} s:\n${uninstallReport.join('\n')}\n`);
   for (const n of cluster.nodes) label(n.name, WAVE_LABEL, null);
   expect(problems).toEqual([]);
+});
+
+// WebAssembly on the systemd nodes: Debian trixie's crun built with WasmEdge as a payload (its
+// library closure and loader, a wrapper, runc's shim driving it through BinaryName), the
+// hand-written WASI modules of test/fixtures/wasm in images holding nothing but the .wasm file.
+// crun's systemd cgroup driver on these nodes needs their systemd to manage the cgroup
+// controllers (systemd-node.ts re-executes it after the boot), or every crun container shares
+// one cgroup and deleting one kills the others.
+
+const WASM_SHIM = 'fleet-wasm';
+const WASM_LABEL = 'e2e.rcm.dev/wasm';
+const WASM_HANDLER_LABEL = ShimNodeLabels.handlerKey(WASM_SHIM);
+const HELLO_LINE = 'hello from a WASI module (rcm-wasm-e2e)';
+const SLEEP_LINES = ['sleep.wasm: going to sleep 15s', 'sleep.wasm: woke up after 15s'];
+const VARIANT = { [WASM_VARIANT_ANNOTATION]: 'compat' };
+
+/** A pod running an image's entrypoint (a Wasm module's image), its node chosen by `nodeName` or by the scheduler. */
+function wasmPod(name: string, image: string, extra: { nodeName?: string; nodeSelector?: Record<string, string> } = {}): object {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default', labels: { 'e2e.rcm.dev/workload': 'true' }, annotations: VARIANT },
+    spec: {
+      hostNetwork: true,
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: 1,
+      runtimeClassName: WASM_SHIM,
+      ...(extra.nodeName ? { nodeName: extra.nodeName } : {}),
+      ...(extra.nodeSelector ? { nodeSelector: extra.nodeSelector } : {}),
+      containers: [{ name: 'main', image, imagePullPolicy: 'IfNotPresent' }],
+    },
+  };
+}
+
+interface LogLine {
+  readonly time: number;
+  readonly text: string;
+}
+
+/** A container's log as the kubelet wrote it on its node (CRI lines: time, stream, P or F, text). */
+function containerLog(p: any): LogLine[] {
+  const n = cluster.node(p.spec.nodeName);
+  const dir = `/var/log/pods/default_${p.metadata.name}_${p.metadata.uid}/main`;
+  const out = n.host.tryRun(['sh', '-c', `cat ${dir}/*.log 2>/dev/null; true`]).stdout;
+  return out.split('\n').filter(Boolean).map(line => {
+    const [time, , , ...text] = line.split(' ');
+    return { time: Date.parse(time), text: text.join(' ') };
+  });
+}
+const logText = (p: any) => containerLog(p).map(l => l.text);
+
+function wasmContainerId(p: any): string {
+  return String(p.status.containerStatuses[0].containerID).replace('containerd://', '');
+}
+
+async function deletePods(names: string[]): Promise<void> {
+  for (const name of names) await api.request('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+  await eventually(async () => {
+    const left = (await api.get('/api/v1/namespaces/default/pods')).items.map((p: any) => p.metadata.name);
+    return names.every(n => !left.includes(n));
+  }, 120_000, diagnostics);
+}
+
+step('WebAssembly under crun with WasmEdge on the nodes that boot systemd: a module runs, a long-running one is undisturbed by another starting and ending beside it, and uninstall takes payload, handler and scheduling away', async () => {
+  // GIVEN the crun + WasmEdge payload (168 MiB unpacked) over HTTP, the modules' images on every node, and the systemd nodes selected
+  const payload = await buildWasmPayload(path.join(work, 'crun-wasmedge.tgz'));
+  const location = server.put('crun-wasmedge.tgz', fs.readFileSync(payload.file));
+  const [hello, sleeper] = [await buildWasmImage('hello', work), await buildWasmImage('sleep', work)];
+  cluster.importImage(hello.tarball);
+  cluster.importImage(sleeper.tarball);
+  const systemdNodes = cluster.nodes.filter(n => n.systemd);
+  expect(systemdNodes.map(n => n.name)).toEqual([A, B]);
+  for (const n of systemdNodes) label(n.name, WASM_LABEL, 'true');
+  const folder = `/opt/rcm/payloads/${WASM_SHIM}/${payload.sha256.slice(0, 16)}`;
+  const wasm: AppShim = {
+    name: WASM_SHIM,
+    version: 'wasm',
+    selector: { [WASM_LABEL]: 'true' },
+    props: {
+      handler: WASM_SHIM,
+      location,
+      sha256: payload.sha256,
+      allowInsecureHttp: true,
+      payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
+      runtimeOptions: { BinaryName: '${PAYLOAD}/bin/crun' },
+      containerdRuntime: { podAnnotations: [WASM_VARIANT_ANNOTATION, 'run.oci.handler'], containerAnnotations: [WASM_VARIANT_ANNOTATION, 'run.oci.handler'] },
+      workloadAnnotations: VARIANT,
+      rollout: Rollout.recreate(),
+    },
+  };
+  // WHEN the Wasm Shim is applied
+  apply([wasm]);
+  await shimReady(WASM_SHIM, systemdNodes.length);
+  // THEN each of those nodes has the payload as one folder (links kept) and a handler that runs
+  // the payload's shim with crun as its binary, letting crun's annotations through
+  for (const n of systemdNodes) {
+    expect(n.host.tryRun(['readlink', `${folder}/lib/libwasmedge.so.0`]).stdout.trim()).toBe('libwasmedge.so.0.1.0');
+    expect(n.host.tryRun(['sh', '-c', `cd ${folder} && ls bin/crun bin/crun.real bin/containerd-shim-runc-v2 lib/ld-linux-x86-64.so.2`]).code).toBe(0);
+    expect(handlersOf(n.configDump())[WASM_SHIM]).toMatchObject({
+      runtime_type: 'io.containerd.runc.v2',
+      runtime_path: `${folder}/bin/containerd-shim-runc-v2`,
+      pod_annotations: [WASM_VARIANT_ANNOTATION, 'run.oci.handler'],
+      container_annotations: [WASM_VARIANT_ANNOTATION, 'run.oci.handler'],
+      options: expect.objectContaining({ BinaryName: `${folder}/bin/crun`, SystemdCgroup: true }),
+    });
+    expect((await getNode(n.name)).metadata.labels[WASM_HANDLER_LABEL]).toBe(WASM_SHIM);
+  }
+  // AND the RuntimeClass selects nodes by the handler label
+  const rc = await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${WASM_SHIM}`).catch(() => undefined), 60_000, diagnostics);
+  expect(rc).toMatchObject({ handler: WASM_SHIM, scheduling: { nodeSelector: { [WASM_HANDLER_LABEL]: WASM_SHIM } } });
+
+  // WHEN sleep.wasm (15 s asleep through WASI) runs on each of those nodes
+  for (const n of systemdNodes) await createPod(wasmPod(`wasm-sleep-${n.name}`, sleeper.reference, { nodeName: n.name }));
+  const sleeping: Record<string, any> = {};
+  for (const n of systemdNodes) {
+    const p = await podWhen(`wasm-sleep-${n.name}`, ['Running', 'Succeeded', 'Failed']);
+    expect({ node: n.name, phase: p.status.phase }).toEqual({ node: n.name, phase: 'Running' });
+    await eventually(async () => logText(p).includes(SLEEP_LINES[0]), 30_000, diagnostics);
+    sleeping[n.name] = p;
+    // THEN it is crun (its state file is `status`; runc's is state.json) in a cgroup of its own:
+    // the container's systemd scope in every v1 hierarchy (one cgroup shared by all crun containers when
+    // the node's systemd does not manage the controllers: see systemd-node.ts, daemon-reexec)
+    const id = wasmContainerId(p);
+    expect(n.host.tryRun(['ls', `/run/containerd/runc/k8s.io/${id}`]).stdout.split('\n')).toContain('status');
+    expect(n.host.tryRun(['ls', `/run/containerd/runc/k8s.io/${id}/state.json`]).code).not.toBe(0);
+    const task = n.ctr(['-n', 'k8s.io', 'tasks', 'ls']).split('\n').find(l => l.startsWith(`${id} `));
+    const cgroups = n.host.run(['cat', `/proc/${task!.split(/\s+/)[1]}/cgroup`]).split('\n').filter(l => l && !l.startsWith('0::'));
+    expect(cgroups.map(l => l.split(':')[1])).toEqual(expect.arrayContaining(['name=systemd', 'memory', 'pids', 'cpu', 'freezer']));
+    for (const line of cgroups) {
+      const [, hierarchy, cgroup] = line.split(':');
+      expect({ node: n.name, hierarchy, cgroup }).toEqual({ node: n.name, hierarchy, cgroup: expect.stringMatching(new RegExp(`/cri-containerd-${id}\\.scope(/container)?$`)) });
+    }
+  }
+  // WHEN another Wasm pod starts, ends and is deleted beside each of them
+  for (const n of systemdNodes) await createPod(wasmPod(`wasm-beside-${n.name}`, hello.reference, { nodeName: n.name }));
+  const beside: Record<string, any> = {};
+  for (const n of systemdNodes) {
+    beside[n.name] = await podWhen(`wasm-beside-${n.name}`, ['Succeeded', 'Failed']);
+    const done = beside[n.name];
+    expect({ node: n.name, phase: done.status.phase, log: logText(done) }).toEqual({ node: n.name, phase: 'Succeeded', log: [HELLO_LINE] });
+  }
+  await deletePods(systemdNodes.map(n => `wasm-beside-${n.name}`));
+  // THEN each sleeping pod was not disturbed: still running, same container, no restart, not woken yet
+  for (const n of systemdNodes) {
+    const still = await api.get(`/api/v1/namespaces/default/pods/wasm-sleep-${n.name}`);
+    expect({ node: n.name, phase: still.status.phase, log: logText(still) }).toEqual({ node: n.name, phase: 'Running', log: [SLEEP_LINES[0]] });
+    const { containerID } = sleeping[n.name].status.containerStatuses[0];
+    expect(still.status.containerStatuses[0]).toMatchObject({ restartCount: 0, containerID });
+  }
+  // AND each ends on its own after sleeping through WASI, the other pod having begun and ended within the sleep
+  for (const n of systemdNodes) {
+    const woke = await podWhen(`wasm-sleep-${n.name}`, ['Succeeded', 'Failed'], 60_000);
+    const lines = containerLog(woke);
+    expect({ node: n.name, phase: woke.status.phase, log: lines.map(l => l.text) }).toEqual({ node: n.name, phase: 'Succeeded', log: SLEEP_LINES });
+    expect(lines[1].time - lines[0].time).toBeGreaterThanOrEqual(14_500);
+    const { startedAt, finishedAt } = beside[n.name].status.containerStatuses[0].state.terminated;
+    expect(Date.parse(startedAt)).toBeGreaterThanOrEqual(Math.floor(lines[0].time / 1000) * 1000);
+    expect(Date.parse(finishedAt)).toBeLessThanOrEqual(lines[1].time);
+  }
+  await deleteWorkloads();
+
+  // WHEN node A no longer matches the Shim's selector
+  const [a, b] = systemdNodes;
+  label(a.name, WASM_LABEL, null);
+  // THEN the controller uninstalls it there: the handler label, the payload and containerd's
+  // handler go, and A's effective config is the one it started with
+  await eventually(async () => (await getNode(a.name)).metadata.labels[WASM_HANDLER_LABEL] === undefined
+    && a.host.tryRun(['ls', `/opt/rcm/payloads/${WASM_SHIM}`]).stdout.trim() === ''
+    && !(WASM_SHIM in handlersOf(a.configDump())), 180_000, diagnostics);
+  expect(a.configDump()).toEqual(start[a.name].dump);
+  expect(a.host.tryRun(['sh', '-c', 'ls /opt/rcm/payloads 2>/dev/null']).stdout.trim()).toBe('');
+  // AND B keeps it
+  expect((await getNode(b.name)).metadata.labels[WASM_HANDLER_LABEL]).toBe(WASM_SHIM);
+  expect(handlersOf(b.configDump())[WASM_SHIM]?.runtime_path).toBe(`${folder}/bin/containerd-shim-runc-v2`);
+  // AND the RuntimeClass sends no pod to A: one that may only go there is not scheduled, one that may go anywhere runs on B
+  await createPod(wasmPod('wasm-only-on-a', hello.reference, { nodeSelector: { 'kubernetes.io/hostname': a.name } }));
+  await createPod(wasmPod('wasm-anywhere', hello.reference));
+  const refused = await eventually(async () => (await api.get('/api/v1/namespaces/default/events')).items
+    .find((e: any) => e.involvedObject.name === 'wasm-only-on-a' && e.reason === 'FailedScheduling'), 60_000, diagnostics);
+  expect(refused.message).toMatch(/didn't match (node selector|Pod's node affinity)/);
+  const onlyOnA = await api.get('/api/v1/namespaces/default/pods/wasm-only-on-a');
+  expect({ phase: onlyOnA.status.phase, nodeName: onlyOnA.spec.nodeName, nodeSelector: onlyOnA.spec.nodeSelector })
+    .toEqual({ phase: 'Pending', nodeName: undefined, nodeSelector: { 'kubernetes.io/hostname': a.name, [WASM_HANDLER_LABEL]: WASM_SHIM } });
+  const anywhere = await podWhen('wasm-anywhere', ['Succeeded', 'Failed']);
+  expect({ node: anywhere.spec.nodeName, phase: anywhere.status.phase, log: logText(anywhere) }).toEqual({ node: b.name, phase: 'Succeeded', log: [HELLO_LINE] });
+  await deleteWorkloads();
+
+  // WHEN the Shim is deleted THEN it is uninstalled from B too, and B and its RuntimeClass are as before
+  cluster.controlPlane.kubectl(['delete', 'shim', WASM_SHIM, '--wait=false']);
+  await eventually(async () => (await api.get(SHIMS)).items.length === 0, 240_000, diagnostics);
+  await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${WASM_SHIM}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
+  for (const n of systemdNodes) {
+    expect(n.configDump()).toEqual(start[n.name].dump);
+    expect(n.host.tryRun(['sh', '-c', 'ls /opt/rcm/payloads 2>/dev/null']).stdout.trim()).toBe('');
+    expect(Object.keys((await getNode(n.name)).metadata.labels).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
+  }
+}, () => {
+  for (const n of cluster.nodes) label(n.name, WASM_LABEL, null);
 });

@@ -215,6 +215,31 @@ function alive(pid: number): boolean {
   }
 }
 
+/** The fields of /proc/<pid>/status (undefined when the process is gone). */
+function procStatus(pid: number | string): Record<string, string> | undefined {
+  try {
+    return Object.fromEntries(fs.readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').filter(Boolean)
+      .map(l => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1).trim()]));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Processes in a nested pid namespace whose parent is in a shallower one (what nsenter starts
+ * in a node, or a node's PID 1 under systemd-nspawn): pid, state, pids per namespace, parent.
+ */
+function enteredFromOutside(): string {
+  const lines: string[] = [];
+  for (const p of fs.readdirSync('/proc').filter(e => /^\d+$/.test(e))) {
+    const s = procStatus(p);
+    const parent = s && procStatus(s.PPid);
+    if (!s || !parent || s.NSpid.split(/\s+/).length <= parent.NSpid.split(/\s+/).length) continue;
+    lines.push(`${p} ${s.Name} (${s.State}) NSpid ${s.NSpid}; parent ${s.PPid} ${parent.Name} (${parent.State})`);
+  }
+  return lines.join('\n');
+}
+
 /**
  * Ends a node at once: SIGKILL to its systemd ends its whole pid namespace (nspawn then
  * exits by itself); SIGKILL to nspawn alone could leave the node's processes running.
@@ -445,6 +470,40 @@ function makeNode(n: NodeParts): SystemdNode {
   };
   const startsOf = (unit: string) => count(unit, u => new RegExp(`: Started ${u}\\b`));
   let stopped = false;
+  /**
+   * What a halt that hangs waits for: systemd's jobs, units still deactivating, the node's
+   * processes and non-empty cgroups; once its PID 1 has left its namespaces (systemd-shutdown
+   * exited), the processes of its pid namespace that a parent outside it has not reaped.
+   */
+  const haltDiagnostics = () => {
+    const run = (argv: string[]) => {
+      const r = n.tryExec(argv);
+      return `$ ${argv.join(' ')} (exit ${r.code})\n${r.stdout}${r.stderr}`;
+    };
+    const procs = n.cgroups.filter(c => /\/(systemd|memory)\//.test(c)).map(c => {
+      const r = spawnSync('sh', ['-c', 'for f in $(find "$1" -name cgroup.procs); do p=$(cat $f); [ -n "$p" ] && echo "${f#$1} $(echo $p)"; done; true', 'sh', c],
+        { encoding: 'utf8', timeout: 10_000 });
+      return `non-empty cgroups below ${c}:\n${r.stdout}`;
+    });
+    const init = procStatus(pid);
+    if (init && !fs.existsSync(`/proc/${pid}/ns/mnt`)) {
+      return [
+        `the node's PID 1 (${pid}, ${init.Name}, ${init.State}) has left its namespaces: it ends when every other process of its pid`
+        + ' namespace has been reaped. Processes in a pid namespace of their own whose parent is outside it (entered with nsenter;'
+        + ` a zombie among them waits for that parent):\n${enteredFromOutside()}`,
+        ...procs,
+      ].join('\n');
+    }
+    return [
+      run(['systemctl', 'list-jobs', '--no-pager']),
+      run(['systemctl', 'list-units', '--state=deactivating,activating,failed', '--no-pager', '--all']),
+      // the node has no ps: its /proc
+      run(['sh', '-c', 'for p in /proc/[0-9]*; do echo "${p#/proc/} $(cat $p/comm) $(tr "\\0" " " < $p/cmdline)"; done 2>/dev/null; true']),
+      ...procs,
+      `processes entered from outside a pid namespace:\n${enteredFromOutside()}`,
+      run(['journalctl', '-b', '-n', '60', '-o', 'short-precise', '--no-pager']),
+    ].join('\n');
+  };
 
   const stop = async () => {
     if (stopped) return { haltMs: 0 };
@@ -453,8 +512,10 @@ function makeNode(n: NodeParts): SystemdNode {
     if (nodeInit(nspawnPid) === pid) process.kill(pid, SIGRTMIN_PLUS_3);
     const ended = () => !alive(nspawnPid);
     let clean = true;
+    let blocked = '';
     await eventually(async () => ended(), 60_000, () => '').catch(async () => {
       clean = false;
+      blocked = haltDiagnostics();
       await killNode(nspawnPid);
     });
     const haltMs = Date.now() - t0;
@@ -462,7 +523,7 @@ function makeNode(n: NodeParts): SystemdNode {
     const mounts = mountsBelow(dir);
     if (mounts.length) throw new Error(`node ${name}: mounts left below ${dir}: ${mounts.join(' ')}; folder kept`);
     fs.rmSync(dir, { recursive: true, force: true });
-    if (!clean) throw new Error(`node ${name} did not halt within 60 s of SIGRTMIN+3 (killed)`);
+    if (!clean) throw new Error(`node ${name} did not halt within 60 s of SIGRTMIN+3 (killed); what was left then:\n${blocked}`);
     if (left.length) throw new Error(`node ${name}: cgroups left: ${left.join(' ')}`);
     return { haltMs };
   };
