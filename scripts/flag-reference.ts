@@ -31,7 +31,7 @@ interface Program {
 const PROGRAMS: Program[] = [
   {
     name: 'rcm-controller',
-    source: 'src/runtime/main.ts',
+    source: 'src/runtime/flags.ts',
     runs: 'The controller Deployment. `RuntimeClassManager` renders these flags from its props; set them through the props, not by hand.',
   },
   {

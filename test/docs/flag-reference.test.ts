@@ -16,7 +16,7 @@ describe('the flag reference', () => {
 
   test('every flag of each table is on the page, with its environment variable where the program reads one', () => {
     const page = flagReference();
-    for (const source of ['src/runtime/main.ts', 'src/installer/options.ts', 'src/agent/main.ts']) {
+    for (const source of ['src/runtime/flags.ts', 'src/installer/options.ts', 'src/agent/main.ts']) {
       const program = readProgram(source);
       expect(program.flags.length).toBeGreaterThan(4);
       for (const flag of program.flags) {
@@ -26,7 +26,7 @@ describe('the flag reference', () => {
     }
     // The node agent parses its own flags without the environment.
     expect(readProgram('src/agent/main.ts').readsEnvironment).toBe(false);
-    expect(readProgram('src/runtime/main.ts').readsEnvironment).toBe(true);
+    expect(readProgram('src/runtime/flags.ts').readsEnvironment).toBe(true);
   });
 });
 
