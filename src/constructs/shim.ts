@@ -17,7 +17,7 @@ const SHIM_LABELS = {
   'app.kubernetes.io/part-of': 'runtime-class-manager',
   'app.kubernetes.io/component': 'shim',
 };
-import { artifactUrlProblem, isAnnotationGlob, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isRuntimeType, isSha256, isSnapshotterName, nodeArch, runtimeOptionKeyProblem } from '../shared/validation';
+import { artifactUrlProblem, isAnnotationGlob, isDnsLabel, isDnsSubdomain, isPlatformArch, isPlatformOs, isQuantity, isRuntimeType, isSha256, isSnapshotterName, nodeArch, runtimeOptionProblem } from '../shared/validation';
 
 /** A shim artifact for one node platform. */
 export interface ShimPlatformArtifact {
@@ -500,15 +500,14 @@ function validateProps(name: string, runtimeClassName: string, props: ShimConstr
     if (!isSha256(props.sha256)) throw new Error(`sha256: "${props.sha256}" is not 64 lowercase hex digits`);
     if (props.location === undefined) throw new Error('sha256: given without location (put per-platform checksums on the platform entries)');
   }
-  validateRuntimeShape(props.payload, props.containerdRuntime, props.runtimeOptions);
+  validateRuntimeShape(props.payload, props.containerdRuntime);
   if (props.image) validateImage(props.image);
   for (const [resource, quantity] of Object.entries(props.overhead ?? {})) {
     if (!isQuantity(quantity)) throw new Error(`overhead.${resource}: "${quantity}" is not a Kubernetes quantity`);
   }
   for (const [key, value] of Object.entries(props.runtimeOptions ?? {})) {
-    const problem = runtimeOptionKeyProblem(key);
-    if (problem) throw new Error(`runtimeOptions: ${problem}`);
-    if (/[\r\n]/.test(value)) throw new Error(`runtimeOptions.${key}: the value must be one line (the installer receives one option per line)`);
+    const option = runtimeOptionProblem(key, value, props.payload !== undefined);
+    if (option) throw new Error(option.in === 'key' ? `runtimeOptions: ${option.problem}` : `runtimeOptions.${key}: ${option.problem}`);
   }
   validateMetadata('labels', props.labels);
   validateMetadata('annotations', props.annotations);
@@ -557,8 +556,7 @@ function validateImage(image: ShimImageArtifact): void {
 const PAYLOAD_PATH = /^[A-Za-z0-9_+-][A-Za-z0-9._+-]*(\/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)*$/;
 
 /** Throws naming the field when the payload or handler settings would be refused later. */
-function validateRuntimeShape(payload: ShimPayload | undefined, settings: ContainerdHandlerSettings | undefined,
-  options: { [key: string]: string } | undefined): void {
+function validateRuntimeShape(payload: ShimPayload | undefined, settings: ContainerdHandlerSettings | undefined): void {
   if (payload) {
     if (!PAYLOAD_PATH.test(payload.shim) || payload.shim.split('/').some(p => p === '..')) {
       throw new Error(`payload.shim: "${payload.shim}" is not a relative path inside the payload (no leading '/', no '..')`);
@@ -576,8 +574,5 @@ function validateRuntimeShape(payload: ShimPayload | undefined, settings: Contai
   }
   if (settings?.snapshotter !== undefined && !isSnapshotterName(settings.snapshotter)) {
     throw new Error(`containerdRuntime.snapshotter: "${settings.snapshotter}" is not a snapshotter name`);
-  }
-  for (const [key, value] of Object.entries(options ?? {})) {
-    if (value.includes('${PAYLOAD}') && !payload) throw new Error(`runtimeOptions.${key}: refers to \${PAYLOAD}, but the Shim has no payload`);
   }
 }

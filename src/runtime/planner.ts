@@ -15,7 +15,7 @@ import {
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
 import { ShimNodeLabels } from '../shared/node-labels';
-import { isDnsLabel, labelValueProblem, metadataKeyProblem, nodeArch } from '../shared/validation';
+import { isDnsLabel, labelValueProblem, metadataKeyProblem, nodeArch, runtimeOptionProblem } from '../shared/validation';
 
 export const FINALIZER = 'runtime.spinkube.dev/finalizer';
 /** A new value of this Shim annotation retries every failed node at once. */
@@ -178,10 +178,8 @@ function specProblem(spec: ShimSpec): string | undefined {
     return 'fetchStrategy: give either image or anonHttp/platforms, not both';
   }
   for (const [key, value] of Object.entries(runtimeOptionsOf(spec))) {
-    if (!/^[A-Za-z0-9_]+$/.test(key)) return `runtime option key "${key}" may only hold letters, digits and '_'`;
-    // A newline would reach the node as a second option (the installer reads one per line).
-    if (/[\u0000-\u001f\u007f]/.test(value)) return `runtime option "${key}" holds a control character (such as a newline)`;
-    if (value.includes('${PAYLOAD}') && !spec.payload) return `runtime option "${key}" refers to \${PAYLOAD}, but the Shim has no payload`;
+    const option = runtimeOptionProblem(key, value, spec.payload !== undefined);
+    if (option) return option.in === 'key' ? `runtime option ${option.problem}` : `runtime option "${key}" ${option.problem}`;
   }
   // The API server would refuse the RuntimeClass on every pass; say why once, on the Shim.
   for (const field of ['labels', 'annotations'] as const) {

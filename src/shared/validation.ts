@@ -78,6 +78,21 @@ export function runtimeOptionKeyProblem(key: string): string | undefined {
   return undefined;
 }
 
+/**
+ * Why a runtime option cannot reach the node's handler options, or undefined: its key (see
+ * runtimeOptionKeyProblem), a control character in its value (the installer receives one option
+ * per line: a newline would be a second option), or `${PAYLOAD}` without a payload to stand
+ * for. One rule for both sides: the constructs refuse it at synth, the controller marks a Shim
+ * applied without them invalid.
+ */
+export function runtimeOptionProblem(key: string, value: string, hasPayload: boolean): { in: 'key' | 'value'; problem: string } | undefined {
+  const keyProblem = runtimeOptionKeyProblem(key);
+  if (keyProblem) return { in: 'key', problem: keyProblem };
+  if (/[\u0000-\u001f\u007f]/.test(value)) return { in: 'value', problem: 'holds a control character such as a newline: the value must be one line (the installer receives one option per line)' };
+  if (value.includes('${PAYLOAD}') && !hasPayload) return { in: 'value', problem: 'refers to ${PAYLOAD}, but the Shim has no payload' };
+  return undefined;
+}
+
 const ANNOTATION_GLOB = /^[A-Za-z0-9*]([-A-Za-z0-9_./*]*[A-Za-z0-9*])?$/;
 const RUNTIME_TYPE = /^[a-z0-9]+(\.[a-z0-9_-]+)+$/;
 const SNAPSHOTTER = /^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$/;

@@ -204,7 +204,9 @@ describe('ShimConstruct', () => {
       ['tolerationSeconds without an effect', { tolerations: [{ key: 'k', tolerationSeconds: 60 }] }, /^tolerations\[0\].tolerationSeconds: only applies to effect NoExecute, got effect \(every effect\)/],
       ['fractional tolerationSeconds', { tolerations: [{ key: 'k', effect: TolerationEffect.NO_EXECUTE, tolerationSeconds: 1.5 }] }, /^tolerations\[0\].tolerationSeconds: must be a whole number, got 1.5/],
       ['a runtime option key the installer refuses', { runtimeOptions: { 'Binary.Name': 'x' } }, /^runtimeOptions: key "Binary.Name" may only hold letters, digits and '_'/],
-      ['a runtime option value with a newline', { runtimeOptions: { ConfigPath: '/a\nInjected=true' } }, /^runtimeOptions.ConfigPath: the value must be one line/],
+      ['a runtime option value with a newline', { runtimeOptions: { ConfigPath: '/a\nInjected=true' } }, /^runtimeOptions.ConfigPath: holds a control character such as a newline: the value must be one line/],
+      // The controller's rule (shared/validation.ts), so that what synthesizes is never an invalid Shim.
+      ['a runtime option value with another control character', { runtimeOptions: { ConfigPath: '/a\u0007' } }, /^runtimeOptions.ConfigPath: holds a control character/],
       ['a label key that Kubernetes refuses', { labels: { 'team name': 'x' } }, /^labels: key "team name": the name "team name" must be 1 to 63/],
       ['a label value that Kubernetes refuses', { labels: { team: 'a b' } }, /^labels: the value "a b" of "team"/],
       ['an annotation key with a bad prefix', { annotations: { 'Example.com/x': 'y' } }, /^annotations: key "Example.com\/x": the prefix "Example.com" is not a DNS subdomain/],
