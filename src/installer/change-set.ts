@@ -161,7 +161,9 @@ export class ChangeSets {
     if (set.length === 0) return;
     const layout = set[0].layout;
     const installs = set.filter(j => j.operation === 'install' && j.binary !== undefined).map(j => ({ handler: j.handler, binary: j.binary! }));
-    if (set.length > 1) this.log.info(`containerd restarts once for ${set.length} changes`, { handlers: set.map(j => `${j.operation} ${j.handler}`) });
+    // The node's runtime, as messages name it (a CRI-O node's changes go through the same sets).
+    const runtime = layout.distro === 'crio' ? 'CRI-O' : 'containerd';
+    if (set.length > 1) this.log.info(`${runtime} restarts once for ${set.length} changes`, { handlers: set.map(j => `${j.operation} ${j.handler}`) });
     const problem = this.restart.restarts(layout) ? await this.timer.time('restart', () => this.restart.restartAndCheck(layout, installs)) : undefined;
     if (!problem) {
       for (const j of set) {
@@ -170,13 +172,13 @@ export class ChangeSets {
       }
       return;
     }
-    this.log.error('containerd did not come back with the new config; rolling back', { problem, changes: set.length });
+    this.log.error(`${runtime} did not come back with the new config; rolling back`, { problem, changes: set.length });
     for (const j of set) this.save({ ...j, phase: 'rolling-back' });
     this.undo(set, chainStarts(set));
     const again = await this.timer.time('restart', () => this.restart.restartAndCheck(layout, []));
     if (again) {
       // The journals stay: the next run restarts again.
-      const message = `containerd failed after the change (${problem}) and is still failing after restoring the previous config (${again}): the node needs a human`;
+      const message = `${runtime} failed after the change (${problem}) and is still failing after restoring the previous config (${again}): the node needs a human`;
       for (const j of set) this.tell(j, { kind: 'failed', exitCode: ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, reason: 'RestartFailedNotRolledBack', message });
       return;
     }
@@ -186,7 +188,7 @@ export class ChangeSets {
         kind: 'failed',
         exitCode: ExitCode.RESTART_FAILED_ROLLED_BACK,
         reason: 'RestartFailedRolledBack',
-        message: `containerd failed after the change (${problem}); the previous config and binary were restored and containerd is serving again`,
+        message: `${runtime} failed after the change (${problem}); the previous config and binary were restored and ${runtime} is serving again`,
       });
     }
   }

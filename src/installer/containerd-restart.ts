@@ -21,8 +21,8 @@ export interface HandlerCheck {
 }
 
 export class ContainerdRestart {
-  constructor(private readonly options: InstallerOptions, private readonly host: HostContext, private readonly log: Logger,
-    private readonly timer: Timer, private readonly lockFile: string | undefined) {}
+  constructor(protected readonly options: InstallerOptions, protected readonly host: HostContext, protected readonly log: Logger,
+    protected readonly timer: Timer, private readonly lockFile: string | undefined) {}
 
   /**
    * A unit that systemd gave up on (start-limit-hit, or failed) is a human's to look at: the
@@ -46,7 +46,7 @@ export class ContainerdRestart {
    * Waits until the unit's start limit has room for one more start, leaving one to systemd
    * (see restart-pacing.ts); records the start. Only for systemd restarts of a unit.
    */
-  private async paceRestart(layout: DistroLayout): Promise<void> {
+  protected async paceRestart(layout: DistroLayout): Promise<void> {
     if (this.options.restart !== 'systemd' || !layout.unit || !this.lockFile) return;
     const history = new RestartHistory(restartHistoryPath(this.lockFile));
     const r = await hostCommand(this.host, ['systemctl', 'show', '-p', 'StartLimitBurst', '-p', 'StartLimitIntervalUSec',

@@ -16,6 +16,8 @@ export const DISTRO_BIN_DIRS: Record<Distro, string[]> = {
   rke2: ['/var/lib/rancher/rke2/bin'],
   k0s: ['/var/lib/k0s/bin'],
   microk8s: ['/snap/microk8s/current/bin'],
+  // CRI-O's packages and OpenShift's node image put crio in /usr/bin (the standard PATH).
+  crio: [],
 };
 
 /** The PATH of a standard Linux host (systemd's default for services, plus /usr/local). */

@@ -3,6 +3,7 @@ import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
 import { ConfigVersion, detectConfigVersion, handlerRuntimeType, importedDropInFolder } from './containerd-config';
+import { crioDropInPath, CRIO_SOCKET } from './crio-config';
 import { resolveInHostRoot } from './host-paths';
 import { findHostTool, hostSearchPath } from './host-tools';
 import { Distro, InstallerOptions } from './options';
@@ -42,7 +43,22 @@ export function detectDistro(options: InstallerOptions): Distro {
   if (exists('/var/lib/rancher/rke2/agent/etc/containerd')) return 'rke2';
   if (exists('/etc/k0s')) return 'k0s';
   if (exists('/var/snap/microk8s/current/args')) return 'microk8s';
+  if (isCrioNode(options)) return 'crio';
   return 'containerd';
+}
+
+/** Where CRI-O's packages put its systemd unit (OpenShift's node image: /usr/lib). */
+const CRIO_UNIT_FILES = ['/etc/systemd/system/crio.service', '/usr/lib/systemd/system/crio.service', '/lib/systemd/system/crio.service'];
+
+/**
+ * A CRI-O node: CRI-O's socket, the crio binary on the host's PATH and its systemd unit are
+ * all there, and containerd's socket is not (a node with both keeps being treated as a
+ * containerd node, as before; --distro=crio says otherwise).
+ */
+export function isCrioNode(options: Pick<InstallerOptions, 'hostRoot'>): boolean {
+  const exists = (p: string) => fs.existsSync(onHost(options, p));
+  return exists(CRIO_SOCKET) && !exists('/run/containerd/containerd.sock')
+    && findHostTool(options.hostRoot, hostSearchPath('crio'), 'crio') !== undefined && CRIO_UNIT_FILES.some(exists);
 }
 
 export function layoutFor(options: InstallerOptions, distro: Distro, containerdMajor: number | undefined): DistroLayout {
@@ -71,6 +87,9 @@ export function layoutFor(options: InstallerOptions, distro: Distro, containerdM
     case 'microk8s':
       return plainLayout(distro, '/var/snap/microk8s/current/args/containerd-template.toml',
         '/var/snap/microk8s/common/run/containerd.sock', 'snap.microk8s.daemon-containerd');
+    case 'crio':
+      // One drop-in file of ours per handler, the whole file ours (crio-config.ts).
+      return { ...plainLayout(distro, crioDropInPath(options.handler), CRIO_SOCKET, 'crio'), ownFile: true };
     default:
       return plainLayout(distro, '/etc/containerd/config.toml', '/run/containerd/containerd.sock', 'containerd');
   }
@@ -91,7 +110,7 @@ export function layoutFor(options: InstallerOptions, distro: Distro, containerdM
  * shows what the base and the template import.
  */
 export function withDropIn(options: InstallerOptions, layout: DistroLayout, major: number | undefined): DistroLayout {
-  if (layout.distro === 'k0s' || major === undefined || major < 2) return layout;
+  if (layout.distro === 'k0s' || layout.distro === 'crio' || major === undefined || major < 2) return layout;
   const mainPath = layout.template ? layout.effectiveConfig : layout.config;
   const main = onHost(options, mainPath);
   if (!fs.existsSync(main)) return layout;

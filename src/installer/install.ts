@@ -9,6 +9,7 @@ import {
   handlerBinary, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
 import { ContainerdRestart } from './containerd-restart';
+import { CrioChange, CrioContext, crioDropInMissing, CrioRestart, crioVersion } from './crio-node';
 import { elfHeadOf, elfProblem } from './elf';
 import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download, takeLocal } from './fetch';
@@ -39,6 +40,8 @@ export interface InstallResult {
   paths: Record<string, string>;
   sha256?: string;
   containerdVersion?: string;
+  /** CRI-O's version, on a CRI-O node. */
+  crioVersion?: string;
   configVersion?: number;
   distro?: string;
   timings: Record<string, number>;
@@ -91,7 +94,7 @@ function declaresNothing(text: string): boolean {
 }
 
 /** A downloaded, verified and unpacked artifact (in the installer's scratch folder). */
-interface Fetched {
+export interface Fetched {
   readonly url: string;
   /** The artifact's sha256 (what --sha256 names). */
   readonly sha256: string;
@@ -199,8 +202,10 @@ export class Installer {
   private solo = false;
   /** The host lock's file, in this process's view. */
   private lockFile?: string;
-  /** containerd's restart and its checks, once the host is known. */
+  /** containerd's restart and its checks (CRI-O's reload or restart on a CRI-O node), once the host is known. */
   private restart!: ContainerdRestart;
+  /** On a CRI-O node: the change's CRI-O branch. */
+  private crio?: CrioChange;
   /** The node's change sets (journals, outcomes), once the host is known. */
   private sets!: ChangeSets;
   /** The installers whose changes are written (a live one's change set is open, not interrupted). */
@@ -243,7 +248,8 @@ export class Installer {
   private async runUnchecked(): Promise<InstallResult> {
     const distro = detectDistro(this.o);
     this.host = hostContext(this.o, distro);
-    const detecting = this.timer.time('detect', () => containerdVersion(this.host));
+    // On a CRI-O node crio tells its version instead (runDetected).
+    const detecting = this.timer.time('detect', () => (distro === 'crio' ? Promise.resolve(undefined) : containerdVersion(this.host)));
     // From its start, an install or uninstall is seen by the others on the node: the one whose
     // change is written first waits for the rest (bounded), so that containerd restarts once for all.
     const announced = this.o.command === 'status' ? undefined : this.announceComing();
@@ -264,7 +270,9 @@ export class Installer {
 
   private async runDetected(distro: Distro, version: ContainerdVersion | undefined, scratch: string | undefined,
     early: Promise<Settled<Fetched>> | undefined): Promise<InstallResult> {
-    if (!version) {
+    // CRI-O nodes: the same flow, with CRI-O's branch of the change (crio-node.ts).
+    const crio = distro === 'crio' ? await this.timer.time('detect', () => crioVersion(this.host)) : undefined;
+    if (!version && distro !== 'crio') {
       this.log.warn('containerd was not found on the host or did not tell its version; the config schema is guessed from the file',
         { distro, searched: this.host.searchPath.join(':') });
     }
@@ -276,8 +284,9 @@ export class Installer {
     const lock = onHost(this.o, hostLockPath(this.o.installRoot));
     this.lockFile = lock;
     this.members = new LockWaiters(lock, this.log, 'members');
-    this.restart = new ContainerdRestart(this.o, this.host, this.log, this.timer, lock);
+    this.restart = distro === 'crio' ? new CrioRestart(this.o, this.host, this.log, this.timer, lock, crio) : new ContainerdRestart(this.o, this.host, this.log, this.timer, lock);
     this.sets = new ChangeSets(this.o, this.log, this.timer, this.restart, this.id, lock, this.members);
+    if (distro === 'crio') this.crio = new CrioChange(this.crioContext(scratch), crio);
     const base: InstallResult = {
       outcome: 'failed',
       exitCode: ExitCode.SUCCESS,
@@ -286,6 +295,7 @@ export class Installer {
       changed: this.changed,
       paths: { config: layout.config, state: stateFile(this.o), ...(version ? { containerd: version.binary } : {}) },
       containerdVersion: version?.text,
+      ...(crio ? { crioVersion: crio.text } : {}),
       distro,
       timings: {},
     };
@@ -359,6 +369,7 @@ export class Installer {
   /** The run's own change (install or uninstall), under the host lock. */
   private change(base: InstallResult, layout: DistroLayout, major: number | undefined, scratch: string | undefined,
     fetched: Fetched | undefined, waiters: LockWaiters): Promise<InstallResult | Pending> {
+    if (this.crio) return scratch !== undefined ? this.crio.install(base, layout, fetched, waiters) : this.crio.uninstall(base, layout, waiters);
     return scratch !== undefined ? this.install(base, layout, major, scratch, fetched, waiters) : this.uninstall(base, layout, major, waiters);
   }
 
@@ -455,13 +466,7 @@ export class Installer {
     // The versioned path: a new version never overwrites a binary running pods use. A
     // payload is one folder per version; its shim is a file in it.
     const { binary, payloadDir } = this.versionPaths(fetched.sha256, shim.name);
-    const binaryOnHost = onHost(o, binary);
-    const versionOnHost = payloadDir ? onHost(o, payloadDir) : path.dirname(binaryOnHost);
-    const exists = payloadDir ? fs.existsSync(versionOnHost) : fs.existsSync(binaryOnHost);
-    // Other bytes at our versioned path are damage (a truncated or edited file): rewrite them.
-    const damaged = exists && (fetched.payload
-      ? treeDigest(versionOnHost) !== fetched.payload.digest
-      : sha256Of(binaryOnHost) !== fetched.binarySha256);
+    const { exists, damaged } = this.inspectVersion(fetched, binary, payloadDir);
 
     // The edit is computed and checked before anything on the host changes.
     const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
@@ -533,38 +538,7 @@ export class Installer {
       this.sets.save(journal);
     }
 
-    // Undo removes exactly the folders this install created (never a repaired binary).
-    let createdForBinary: string | undefined;
-    const undoBinary = () => {
-      if (createdForBinary) this.removeAndPrune(createdForBinary);
-    };
-    if (fetched.payload && (!exists || damaged)) {
-      createdForBinary = this.writePayload(fetched.payload.dir, versionOnHost, fetched.payload.digest, damaged);
-      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${payloadDir} (${treeFiles(fetched.payload.dir).length} files)`);
-    } else if (!exists || damaged) {
-      if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
-      // The shim's bytes (their sha256 is binarySha256; a payload's shim, a file, goes with its
-      // payload above): the file must read back as them.
-      let misread: string | undefined;
-      try {
-        misread = await writeVerified(binaryOnHost, shim.data ?? fs.readFileSync(shim.file), 0o755);
-      } catch (e) {
-        // A full disk or an I/O error: what this run created goes, and the node is as it was.
-        undoBinary();
-        this.sets.clear(o.handler);
-        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed', `${binary} could not be written: ${(e as Error).message}`);
-      }
-      if (misread !== undefined) {
-        undoBinary();
-        this.sets.clear(o.handler);
-        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
-          `${binary} reads back with sha256 ${misread}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
-      }
-      // The new folders' entries too, up to the first folder that was there before.
-      const stop = createdForBinary && path.dirname(createdForBinary);
-      for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));
-      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${binary}`);
-    }
+    await this.writeVersion(fetched, binary, payloadDir, exists, damaged);
     await pauseForTests('binary-written');
 
     const result: InstallResult = {
@@ -623,6 +597,92 @@ export class Installer {
     const edit = () => addRuntime(current, configVersion, entry, defaults, this.owns(state));
     const edited = timed ? await this.timer.time('config', edit) : edit();
     return { current, configVersion, inherited, edited };
+  }
+
+  /** What the CRI-O branch (crio-node.ts) borrows of this flow: the artifact, its versioned paths, the record, the clean-up. */
+  private crioContext(scratch: string | undefined): CrioContext {
+    // eslint-disable-next-line @typescript-eslint/no-this-alias
+    const self = this;
+    return {
+      o: this.o,
+      log: this.log,
+      timer: this.timer,
+      sets: this.sets,
+      changed: this.changed,
+      get solo() { return self.solo; },
+      get joinedAt() { return self.joinedAt; },
+      readState: () => this.readState(),
+      intact: (state, layout) => this.intact(state, layout),
+      fetch: () => this.fetchArtifact(scratch!),
+      touched: () => { this.hostTouched = true; },
+      joinMembers: () => this.joinMembers(),
+      versionPaths: (sha256, name) => this.versionPaths(sha256, name),
+      inspectVersion: (fetched, binary, payloadDir) => this.inspectVersion(fetched, binary, payloadDir),
+      writeVersion: (fetched, binary, payloadDir, exists, damaged) => this.writeVersion(fetched, binary, payloadDir, exists, damaged),
+      expandOptions: payloadDir => expandOptions(this.o.runtimeOptions, payloadDir),
+      backupPath: () => this.backupPath(),
+      backup: (text, hostFile) => this.backup(text, hostFile),
+      cleanUp: () => {
+        this.collectPayloads();
+        this.rotateBackups();
+      },
+      shimsDir: () => shimsDir(this.o),
+      stateFile: () => stateFile(this.o),
+      isPayload: hostPath => this.isPayload(hostPath),
+      removeAndPrune: target => this.removeAndPrune(target),
+    };
+  }
+
+  /** Whether this version's binary (or payload folder) is on the host already, and whether it holds other bytes (damage). */
+  private inspectVersion(fetched: Fetched, binary: string, payloadDir: string | undefined): { exists: boolean; damaged: boolean } {
+    const binaryOnHost = onHost(this.o, binary);
+    const versionOnHost = payloadDir ? onHost(this.o, payloadDir) : path.dirname(binaryOnHost);
+    const exists = payloadDir ? fs.existsSync(versionOnHost) : fs.existsSync(binaryOnHost);
+    // Other bytes at our versioned path are damage (a truncated or edited file): rewrite them.
+    const damaged = exists && (fetched.payload
+      ? treeDigest(versionOnHost) !== fetched.payload.digest
+      : sha256Of(binaryOnHost) !== fetched.binarySha256);
+    return { exists, damaged };
+  }
+
+  /** Writes this version's binary (or payload) unless it is there intact; on failure what this created goes and the journal is cleared. */
+  private async writeVersion(fetched: Fetched, binary: string, payloadDir: string | undefined, exists: boolean, damaged: boolean): Promise<void> {
+    const o = this.o;
+    const { shim } = fetched;
+    const binaryOnHost = onHost(o, binary);
+    const versionOnHost = payloadDir ? onHost(o, payloadDir) : path.dirname(binaryOnHost);
+    // Undo removes exactly the folders this install created (never a repaired binary).
+    let createdForBinary: string | undefined;
+    const undoBinary = () => {
+      if (createdForBinary) this.removeAndPrune(createdForBinary);
+    };
+    if (fetched.payload && (!exists || damaged)) {
+      createdForBinary = this.writePayload(fetched.payload.dir, versionOnHost, fetched.payload.digest, damaged);
+      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${payloadDir} (${treeFiles(fetched.payload.dir).length} files)`);
+    } else if (!exists || damaged) {
+      if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
+      // The shim's bytes (their sha256 is binarySha256; a payload's shim, a file, goes with its
+      // payload above): the file must read back as them.
+      let misread: string | undefined;
+      try {
+        misread = await writeVerified(binaryOnHost, shim.data ?? fs.readFileSync(shim.file), 0o755);
+      } catch (e) {
+        // A full disk or an I/O error: what this run created goes, and the node is as it was.
+        undoBinary();
+        this.sets.clear(o.handler);
+        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed', `${binary} could not be written: ${(e as Error).message}`);
+      }
+      if (misread !== undefined) {
+        undoBinary();
+        this.sets.clear(o.handler);
+        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
+          `${binary} reads back with sha256 ${misread}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
+      }
+      // The new folders' entries too, up to the first folder that was there before.
+      const stop = createdForBinary && path.dirname(createdForBinary);
+      for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));
+      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${binary}`);
+    }
   }
 
   /** Where an artifact of this sha256 is installed: its versioned binary, and the payload folder of a payload. */
@@ -819,6 +879,7 @@ export class Installer {
     if (state.payloadDir && state.payloadDigest && treeDigest(onHost(this.o, state.payloadDir)) !== state.payloadDigest) {
       return `its payload ${state.payloadDir} is damaged or incomplete (its content is not the installed one's)`;
     }
+    if (state.runtime === 'crio') return crioDropInMissing(this.o, state);
     const file = onHost(this.o, state.configFile);
     if (!fs.existsSync(file)) return `its config file ${state.configFile} is missing`;
     try {
@@ -873,6 +934,7 @@ export class Installer {
     // The binary must still be the bytes installed (an older record, without the hash, is checked by installing again).
     if (state.binarySha256 === undefined || sha256Of(onHost(this.o, state.binary)) !== state.binarySha256) return false;
     if (state.payloadDir && (!state.payloadDigest || treeDigest(onHost(this.o, state.payloadDir)) !== state.payloadDigest)) return false;
+    if (state.runtime === 'crio') return crioDropInMissing(this.o, state) === undefined;
     try {
       return handlerBinary(fs.readFileSync(file, 'utf8'), state.configVersion, state.handler) === state.binary;
     } catch {

@@ -5,8 +5,9 @@ import { isAnnotationGlob, isDnsLabel, isRuntimeType, isSha256, isSnapshotterNam
 
 export type Command = 'install' | 'uninstall' | 'status';
 export type RestartMode = 'systemd' | 'command' | 'none';
-export type Distro = 'containerd' | 'k3s' | 'rke2' | 'k0s' | 'microk8s';
-export const DISTROS: Distro[] = ['containerd', 'k3s', 'rke2', 'k0s', 'microk8s'];
+/** The node's runtime distribution: containerd in one of its layouts, or CRI-O (crio-node.ts). */
+export type Distro = 'containerd' | 'k3s' | 'rke2' | 'k0s' | 'microk8s' | 'crio';
+export const DISTROS: Distro[] = ['containerd', 'k3s', 'rke2', 'k0s', 'microk8s', 'crio'];
 
 export interface InstallerOptions {
   readonly command: Command;
@@ -71,13 +72,13 @@ export const FLAGS: FlagSpec[] = [
   { name: 'container-annotation', arg: 'GLOB', repeat: true, help: 'container annotations passed to the runtime (container_annotations; repeatable)' },
   { name: 'privileged-without-host-devices', arg: 'BOOL', help: "privileged pods of this handler do not get the host's devices (true or false)" },
   { name: 'snapshotter', arg: 'NAME', help: "snapshotter of this handler's containers (containerd 1.7 and later)" },
-  { name: 'config', arg: 'PATH', help: 'containerd config, relative to the host root (default: detected per distribution)' },
-  { name: 'distro', arg: 'NAME', help: `containerd distribution: ${DISTROS.join(', ')} (default: detected)` },
+  { name: 'config', arg: 'PATH', help: "containerd config (on CRI-O: the installer's own drop-in), relative to the host root (default: detected per distribution)" },
+  { name: 'distro', arg: 'NAME', help: `the node's runtime: ${DISTROS.join(', ')} (a containerd distribution, or crio for CRI-O; default: detected)` },
   { name: 'restart', arg: 'MODE', help: 'systemd (default), command or none' },
   { name: 'restart-command', arg: 'CMD', help: 'host command that restarts containerd (--restart command)' },
   { name: 'install-root', arg: 'PATH', help: 'where shims, state and backups live on the host (default /opt/rcm)' },
   { name: 'result-file', arg: 'PATH', help: 'where the JSON result is written (default /dev/termination-log)' },
-  { name: 'socket', arg: 'PATH', help: "containerd's socket on the host (default: per distribution)" },
+  { name: 'socket', arg: 'PATH', help: "containerd's (or CRI-O's) socket on the host (default: per distribution)" },
   { name: 'platform', arg: 'OS/ARCH', help: "the node's platform (default: this machine's)" },
   { name: 'max-size', arg: 'BYTES', help: 'largest artifact accepted (default 268435456)' },
   { name: 'max-extracted-size', arg: 'BYTES', help: 'most a .tar.gz artifact may unpack to (default 1073741824)' },

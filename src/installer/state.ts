@@ -6,9 +6,33 @@
 // then goes by what containerd's config itself shows (our delimited block and the binary it
 // names).
 import { CONFIG_VERSIONS, ConfigVersion, EditRecord, HandlerSettings } from './containerd-config';
+import type { CrioKind } from './crio-config';
 
 /** What this installer changed on the host, so that uninstall reverses exactly that. */
-export interface InstallState {
+export type InstallState = ContainerdInstallState | CrioInstallState;
+
+/** A record of a handler registered with containerd (the records older installers wrote). */
+export interface ContainerdInstallState extends CommonInstallState {
+  readonly runtime?: undefined;
+  readonly configVersion: ConfigVersion;
+  readonly edit: EditRecord;
+}
+
+/** A record of a handler registered with CRI-O, in a drop-in file of its own (crio-node.ts). */
+export interface CrioInstallState extends CommonInstallState {
+  readonly runtime: 'crio';
+  readonly configVersion?: undefined;
+  readonly edit?: undefined;
+  readonly crio: {
+    readonly kind: CrioKind;
+    /** The handler's runtime_path (the shim for `vm`, the OCI runtime for `oci`). */
+    readonly runtimePath: string;
+    /** CRI-O's version lines when the handler was installed. */
+    readonly build?: string;
+  };
+}
+
+interface CommonInstallState {
   readonly handler: string;
   readonly shimName: string;
   readonly sha256: string;
@@ -32,11 +56,9 @@ export interface InstallState {
   readonly distro: string;
   /** Host path of the edited file. */
   readonly configFile: string;
-  readonly configVersion: ConfigVersion;
   readonly configCreated: boolean;
   /** The folder of the edited file was made by this installer (a drop-in folder). */
   readonly configFolderCreated?: boolean;
-  readonly edit: EditRecord;
   readonly installedAt: string;
   /**
    * containerd's `--version` line when the handler was installed or last verified (absent in
@@ -64,21 +86,30 @@ export function parseState(text: string, handler: string, file: string): ParsedS
   const missing = STRING_FIELDS.filter(f => typeof value[f] !== 'string');
   if (missing.length > 0) return { problem: `the state file ${file} lacks ${missing.join(', ')}` };
   if (value.handler !== handler) return { problem: `the state file ${file} is for handler "${value.handler}", not "${handler}"` };
-  if (!CONFIG_VERSIONS.includes(value.configVersion)) return { problem: `the state file ${file} has no valid configVersion` };
+  const crio = value.runtime === 'crio';
+  if (crio && !(value.crio && ['vm', 'oci'].includes(value.crio.kind) && typeof value.crio.runtimePath === 'string')) {
+    return { problem: `the state file ${file} is a CRI-O record without its handler (crio.kind, crio.runtimePath)` };
+  }
+  if (!crio && !CONFIG_VERSIONS.includes(value.configVersion)) return { problem: `the state file ${file} has no valid configVersion` };
   if (!value.binary.startsWith('/') || !value.configFile.startsWith('/')) return { problem: `the state file ${file} names relative paths` };
+  const common = {
+    ...value,
+    runtimeOptions: isStringRecord(value.runtimeOptions) ? value.runtimeOptions : {},
+    inheritedOptions: isStringRecord(value.inheritedOptions) ? value.inheritedOptions : undefined,
+    binarySha256: typeof value.binarySha256 === 'string' ? value.binarySha256 : undefined,
+    runtimeType: typeof value.runtimeType === 'string' ? value.runtimeType : undefined,
+    handlerSettings: value.handlerSettings && typeof value.handlerSettings === 'object' && !Array.isArray(value.handlerSettings) ? value.handlerSettings : undefined,
+    payloadShim: typeof value.payloadShim === 'string' ? value.payloadShim : undefined,
+    payloadDir: typeof value.payloadDir === 'string' && value.payloadDir.startsWith('/') ? value.payloadDir : undefined,
+    payloadDigest: typeof value.payloadDigest === 'string' ? value.payloadDigest : undefined,
+    configCreated: value.configCreated === true,
+    configFolderCreated: value.configFolderCreated === true,
+  };
+  if (crio) return { state: { ...common, runtime: 'crio', configVersion: undefined, edit: undefined, crio: value.crio } };
   return {
     state: {
-      ...value,
-      runtimeOptions: isStringRecord(value.runtimeOptions) ? value.runtimeOptions : {},
-      inheritedOptions: isStringRecord(value.inheritedOptions) ? value.inheritedOptions : undefined,
-      binarySha256: typeof value.binarySha256 === 'string' ? value.binarySha256 : undefined,
-      runtimeType: typeof value.runtimeType === 'string' ? value.runtimeType : undefined,
-      handlerSettings: value.handlerSettings && typeof value.handlerSettings === 'object' && !Array.isArray(value.handlerSettings) ? value.handlerSettings : undefined,
-      payloadShim: typeof value.payloadShim === 'string' ? value.payloadShim : undefined,
-      payloadDir: typeof value.payloadDir === 'string' && value.payloadDir.startsWith('/') ? value.payloadDir : undefined,
-      payloadDigest: typeof value.payloadDigest === 'string' ? value.payloadDigest : undefined,
-      configCreated: value.configCreated === true,
-      configFolderCreated: value.configFolderCreated === true,
+      ...common,
+      runtime: undefined,
       edit: {
         addedSeparator: value.edit?.addedSeparator === true,
         addedVersionLine: value.edit?.addedVersionLine === true,

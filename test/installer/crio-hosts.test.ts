@@ -1,0 +1,404 @@
+import { spawn } from 'child_process';
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+import { parse } from 'smol-toml';
+import { crioConf5Problems, CRIO_VERSION_OUTPUTS } from './crio-fixtures';
+import { FakeHost, startFakeHost } from '../support/fake-host';
+import { ArtifactServer, buildInstaller, InstallerRun, publishShim, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+
+// CRI-O nodes on fake hosts (test/support/fake-host.ts). NO CRI-O RUNS HERE: no CRI-O package
+// exists for these machines. Three shell scripts stand in, and only for what the installer
+// uses of them:
+// - `crio` answers `--version` with a real release's output (crio-fixtures.ts) and
+//   `status --socket S config` with what the stand-in daemon serves;
+// - the stand-in daemon "serves" the files CRI-O would read (crio.conf, then crio.conf.d/* in
+//   lexical order, concatenated: none of CRI-O's merging or validation), read at start and
+//   again on SIGHUP, and refuses a configuration that defines the handler named in
+//   /etc/crio-standin/refuse (on SIGHUP it keeps the old one; at start it exits), as CRI-O
+//   refuses a configuration it cannot validate;
+// - `systemctl` logs its calls, reloads the daemon by SIGHUP and restarts it (the init
+//   starts it again), and reports an active unit with systemd's default start limit.
+// What is proven: the files the installer writes and removes (byte for byte), the commands it
+// runs and in which case, its refusals and rollbacks, and that it shares the lock, journal
+// and change sets of containerd nodes. Not proven: anything CRI-O itself does with the files.
+
+jest.setTimeout(180_000);
+
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-crio-'));
+let bundle: string;
+let server: ArtifactServer;
+let artifact: { url: string; sha256: string };
+let v1Artifact: { url: string; sha256: string };
+const hosts: FakeHost[] = [];
+
+const STANDIN = {
+  crio: `#!/bin/sh
+# STAND-IN for CRI-O's crio command in a test's fake host, NOT CRI-O.
+case "$1" in
+  --version) cat /etc/crio-standin/version; exit 0 ;;
+  status)
+    shift
+    sock=/var/run/crio/crio.sock
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --socket|-s) sock=$2; shift 2 ;;
+        config) cmd=config; shift ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+      esac
+    done
+    [ "$cmd" = config ] || { echo "only 'status config' is stood in for" >&2; exit 2; }
+    pid=$(cat /run/crio-standin/pid 2>/dev/null)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ -e "$sock" ] && [ -f /run/crio-standin/served.toml ]; then
+      cat /run/crio-standin/served.toml
+      exit 0
+    fi
+    echo "dial unix $sock: connect: connection refused" >&2
+    exit 1 ;;
+esac
+echo "unknown command $1" >&2
+exit 2
+`,
+  daemon: `#!/bin/sh
+# STAND-IN for the CRI-O daemon in a test's fake host, NOT CRI-O (see crio-hosts.test.ts).
+S=/run/crio-standin
+load() {
+  refuse=$(cat /etc/crio-standin/refuse 2>/dev/null)
+  : > $S/served.new
+  for f in /etc/crio/crio.conf /etc/crio/crio.conf.d/*; do
+    [ -f "$f" ] || continue
+    if [ -n "$refuse" ] && grep -q "^\\[crio\\.runtime\\.runtimes\\.$refuse\\]" "$f"; then
+      echo "refused $f" >> $S/log
+      return 1
+    fi
+    cat "$f" >> $S/served.new
+    echo >> $S/served.new
+  done
+  mv $S/served.new $S/served.toml
+  echo loaded >> $S/log
+}
+mkdir -p /run/crio
+load || { rm -f $S/served.toml /run/crio/crio.sock; echo "refused at start" >> $S/log; exit 1; }
+trap 'load || true' HUP
+trap 'rm -f /run/crio/crio.sock; exit 0' TERM
+touch /run/crio/crio.sock
+echo started >> $S/log
+while true; do sleep 1 & wait $!; done
+`,
+  systemctl: `#!/bin/sh
+# STAND-IN for systemctl in a test's fake host (no systemd runs there), NOT systemd.
+S=/run/crio-standin
+echo "$*" >> $S/systemctl.log
+case "$1" in
+  show) printf 'ActiveState=active\\nSubState=running\\nResult=success\\nStartLimitBurst=5\\nStartLimitIntervalUSec=10s\\nExecMainStartTimestampMonotonic=0\\n' ;;
+  reload) kill -HUP "$(cat $S/pid)" ;;
+  restart)
+    old=$(cat $S/pid)
+    kill "$old"
+    while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
+    while [ "$(cat $S/pid)" = "$old" ]; do sleep 0.05; done ;;
+  *) echo "not stood in for: $*" >&2; exit 1 ;;
+esac
+`,
+};
+
+/** The init: starts the stand-in daemon, and again when it exits (as systemd's Restart= would). */
+const INIT = `mkdir -p /run/crio-standin
+while true; do
+  /usr/libexec/crio-standin-daemon &
+  echo $! > /run/crio-standin/pid
+  wait $!
+  sleep 0.2
+done`;
+
+/** The distribution's own CRI-O files, which must stay byte for byte. */
+const CRIO_CONF = '# the distribution\'s crio.conf\n[crio]\nlog_dir = "/var/log/crio/pods"\n\n[crio.runtime]\ndefault_runtime = "runc"\n';
+const DEFAULT_DROPIN = '[crio.runtime.runtimes.runc]\nruntime_path = ""\nruntime_type = "oci"\nruntime_root = "/run/runc"\n';
+const KATA_DROPIN = '[crio.runtime.runtimes.kata-qemu]\nruntime_path = "/opt/kata/bin/containerd-shim-kata-v2"\nruntime_type = "vm"\nruntime_root = "/run/vc"\n';
+
+function script(name: string, text: string): { copy: string; mode: number } {
+  const file = path.join(work, `${name}-${Math.random().toString(36).slice(2)}`);
+  fs.writeFileSync(file, text);
+  return { copy: file, mode: 0o755 };
+}
+
+async function crioHost(version: keyof typeof CRIO_VERSION_OUTPUTS, extra: Record<string, string> = {}): Promise<FakeHost> {
+  const host = await startFakeHost({
+    'var/run': { link: '/run' },
+    'usr/bin/crio': script('crio', STANDIN.crio),
+    'usr/bin/systemctl': script('systemctl', STANDIN.systemctl),
+    'usr/libexec/crio-standin-daemon': script('daemon', STANDIN.daemon),
+    'usr/bin/printf': { link: 'busybox' },
+    'usr/lib/systemd/system/crio.service': '[Service]\nExecStart=/usr/bin/crio\nExecReload=/bin/kill -s HUP $MAINPID\n',
+    'etc/crio/crio.conf': CRIO_CONF,
+    'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN,
+    'etc/crio/crio.conf.d/99-kata-deploy': KATA_DROPIN,
+    'etc/crio-standin/version': CRIO_VERSION_OUTPUTS[version],
+    ...extra,
+  }, INIT);
+  hosts.push(host);
+  await waitFor(() => host.run(['crio', 'status', 'config']));
+  return host;
+}
+
+async function waitFor(check: () => unknown, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      check();
+      return;
+    } catch (e) {
+      if (Date.now() > deadline) throw e;
+      await new Promise(r => setTimeout(r, 100));
+    }
+  }
+}
+
+/** Every file under a folder of the host (relative path → bytes), to compare byte for byte. */
+function snapshot(host: FakeHost, folder: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  const walk = (dir: string) => {
+    if (!fs.existsSync(dir)) return;
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(full);
+      else out[path.relative(host.root, full)] = fs.readFileSync(full, 'latin1');
+    }
+  };
+  walk(path.join(host.root, folder));
+  return out;
+}
+
+const systemctlCalls = (host: FakeHost) => {
+  const log = path.join(host.root, 'run/crio-standin/systemctl.log');
+  return fs.existsSync(log) ? fs.readFileSync(log, 'utf8').split('\n').filter(l => /^(reload|restart) /.test(l)) : [];
+};
+
+/** What the stand-in daemon serves now (`crio status config`), parsed. */
+const served = (host: FakeHost): any => parse(host.run(['crio', 'status', 'config']));
+
+function args(host: FakeHost, extra: string[] = []): string[] {
+  return [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', '--health-timeout=5', '--set-gather=0', ...extra];
+}
+
+function expectOk(r: InstallerRun): void {
+  if (r.code !== 0) throw new Error(`exit ${r.code}: ${r.stderr}`);
+}
+
+beforeAll(async () => {
+  bundle = buildInstaller(work);
+  server = await startArtifactServer();
+  artifact = await publishShim(server, work);
+  const v1 = await tarGz(work, { 'containerd-shim-rcmtest-v1': shimBinary() });
+  v1Artifact = { url: server.put('shim-v1.tgz', v1), sha256: sha256(v1) };
+});
+afterAll(async () => {
+  for (const host of hosts) await host.stop();
+  await server?.close();
+  fs.rmSync(work, { recursive: true, force: true });
+});
+
+test('CRI-O 1.29 (reloads its runtimes on SIGHUP): detected, our drop-in written and reloaded, served, uninstalled byte for byte', async () => {
+  // GIVEN a CRI-O node with the distribution's crio.conf and drop-in and kata-deploy's drop-in
+  const host = await crioHost('1.29.1');
+  const etcBefore = snapshot(host, 'etc/crio');
+
+  // WHEN the shim is installed (nothing says CRI-O: it is detected)
+  const install = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+
+  // THEN it is a CRI-O install, reloaded (not restarted), and CRI-O's running config lists the handler
+  expectOk(install);
+  const dropIn = '/etc/crio/crio.conf.d/99-rcm-rcmtest.conf';
+  expect(install.result).toMatchObject({
+    outcome: 'installed',
+    distro: 'crio',
+    crioVersion: '1.29.1',
+    paths: { config: dropIn },
+    state: { runtime: 'crio', crio: { kind: 'vm', runtimePath: install.result.paths.binary } },
+  });
+  expect(install.result.containerdVersion).toBeUndefined();
+  expect(install.stderr).not.toMatch(/containerd was not found/);
+  expect(systemctlCalls(host)).toEqual(['reload crio']);
+  expect(served(host).crio.runtime.runtimes.rcmtest).toEqual({ runtime_type: 'vm', runtime_path: install.result.paths.binary, runtime_root: '/run/rcm/crio/rcmtest' });
+  // AND the one file written is ours alone, checked against crio.conf(5); the others are byte for byte as they were
+  const etcAfter = snapshot(host, 'etc/crio');
+  expect(Object.keys(etcAfter).sort()).toEqual([...Object.keys(etcBefore), dropIn.slice(1)].sort());
+  for (const [file, bytes] of Object.entries(etcBefore)) expect(etcAfter[file]).toBe(bytes);
+  const written: any = parse(etcAfter[dropIn.slice(1)]);
+  expect(Object.keys(written.crio.runtime.runtimes)).toEqual(['rcmtest']);
+  expect(crioConf5Problems(written.crio.runtime.runtimes.rcmtest)).toEqual([]);
+  expect(fs.readFileSync(path.join(host.root, install.result.paths.binary)).equals(shimBinary())).toBe(true);
+
+  // WHEN status is asked, and the same artifact installed again
+  const status = await runBundle(bundle, 'status', args(host));
+  const again = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+  // THEN it is installed, and nothing changes (no reload)
+  expect(status.result).toMatchObject({ outcome: 'status', installed: true });
+  expect(again.result.outcome).toBe('unchanged');
+  expect(systemctlCalls(host)).toEqual(['reload crio']);
+
+  // WHEN our drop-in is removed by someone, status says so
+  const ours = path.join(host.root, dropIn);
+  const kept = fs.readFileSync(ours);
+  fs.rmSync(ours);
+  expect((await runBundle(bundle, 'status', args(host))).result).toMatchObject({ installed: false, message: expect.stringMatching(/its drop-in .*99-rcm-rcmtest.conf is missing/) });
+  fs.writeFileSync(ours, kept);
+
+  // WHEN it is uninstalled
+  const uninstall = await runBundle(bundle, 'uninstall', args(host));
+  // THEN CRI-O's files are byte for byte as before the install, nothing of ours is left, and CRI-O was reloaded
+  expectOk(uninstall);
+  expect(uninstall.result.outcome).toBe('uninstalled');
+  expect(snapshot(host, 'etc/crio')).toEqual(etcBefore);
+  expect(fs.readdirSync(path.join(host.root, 'opt/rcm')).filter(d => !['backups'].includes(d))).toEqual([]);
+  expect(systemctlCalls(host)).toEqual(['reload crio', 'reload crio']);
+  expect(served(host).crio.runtime.runtimes.rcmtest).toBeUndefined();
+});
+
+test('CRI-O 1.23 (before 1.26): the same change restarts CRI-O instead, install and uninstall', async () => {
+  const host = await crioHost('1.23.2');
+  const etcBefore = snapshot(host, 'etc/crio');
+  const install = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  expectOk(install);
+  expect(install.result.crioVersion).toBe('1.23.2');
+  expect(systemctlCalls(host)).toEqual(['restart crio']);
+  expect(served(host).crio.runtime.runtimes.rcmtest.runtime_path).toBe(install.result.paths.binary);
+  // The restart was paced like containerd's: the unit's start limit was read first.
+  expect(fs.readFileSync(path.join(host.root, 'run/crio-standin/systemctl.log'), 'utf8')).toMatch(/show -p StartLimitBurst -p StartLimitIntervalUSec .* crio\nrestart crio/);
+  expectOk(await runBundle(bundle, 'uninstall', args(host)));
+  expect(systemctlCalls(host)).toEqual(['restart crio', 'restart crio']);
+  expect(snapshot(host, 'etc/crio')).toEqual(etcBefore);
+});
+
+test.each([
+  ['a -v1 shim (CRI-O up to 1.36 runs only -v2 shims)', () => [`--location=${v1Artifact.url}`], /ends in -v2 .*containerd-shim-rcmtest-v1/, {}],
+  ['a per-handler snapshotter', () => [`--location=${artifact.url}`, '--snapshotter=stargz'], /no per-handler snapshotter/, {}],
+  ['an option CRI-O has no field for', () => [`--location=${artifact.url}`, '--runtime-option=Debug=true'], /option Debug cannot be given to a vm runtime/, {}],
+  ['a handler another tool\'s drop-in defines', () => [`--location=${artifact.url}`], /already defined by \/etc\/crio\/crio.conf.d\/50-other/,
+    { 'etc/crio/crio.conf.d/50-other': '[crio.runtime.runtimes.rcmtest]\nruntime_path = "/usr/bin/other"\n' }],
+  ['our file name taken by a file that is not ours', () => [`--location=${artifact.url}`], /99-rcm-rcmtest.conf exists and was not written by the installer/,
+    { 'etc/crio/crio.conf.d/99-rcm-rcmtest.conf': '[crio.runtime.runtimes.rcmtest]\nruntime_path = "/usr/bin/other"\n' }],
+])('refused, with nothing changed: %s', async (_what, extra, message, files) => {
+  const host = await crioHost('1.29.1', files);
+  const etcBefore = snapshot(host, 'etc/crio');
+  const r = await runBundle(bundle, 'install', [...args(host), ...extra()]);
+  expect(r.code).toBe(4);
+  expect(r.result).toMatchObject({ outcome: 'failed', reason: 'CrioHandlerRefused', message: expect.stringMatching(message) });
+  expect(snapshot(host, 'etc/crio')).toEqual(etcBefore);
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims'))).toBe(false);
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/state'))).toBe(false);
+  expect(systemctlCalls(host)).toEqual([]);
+});
+
+test.each([
+  ['1.29.1', 'reload', ['reload crio', 'reload crio']],
+  ['1.23.2', 'restart', ['restart crio', 'restart crio']],
+] as const)('CRI-O %s refuses the new config after the %s: rolled back (exit 5), served as before', async (version, _how, calls) => {
+  // GIVEN a CRI-O (stand-in) that refuses any configuration defining rcmtest
+  const host = await crioHost(version, { 'etc/crio-standin/refuse': 'rcmtest' });
+  const etcBefore = snapshot(host, 'etc/crio');
+  // WHEN installing
+  const r = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  // THEN the check failed, the drop-in and binary are gone, CRI-O was reloaded (restarted) again and serves without the handler
+  expect(r.code).toBe(5);
+  expect(r.result).toMatchObject({ reason: 'RestartFailedRolledBack' });
+  expect(r.result.message).toMatch(version === '1.29.1' ? /^CRI-O failed after the change \(.*CRI-O does not list handler rcmtest\).*CRI-O is serving again$/
+    : /^CRI-O failed after the change \(.*CRI-O does not answer.*CRI-O is serving again$/);
+  expect(snapshot(host, 'etc/crio')).toEqual(etcBefore);
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims/rcmtest'))).toBe(false);
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/journal/rcmtest.json'))).toBe(false);
+  expect(systemctlCalls(host)).toEqual(calls);
+  expect(served(host).crio.runtime.runtimes).toEqual(expect.objectContaining({ 'runc': expect.anything(), 'kata-qemu': expect.anything() }));
+  expect(served(host).crio.runtime.runtimes.rcmtest).toBeUndefined();
+});
+
+test('two Shims installed at once on a CRI-O node: one reload for both (the change sets of containerd nodes)', async () => {
+  const host = await crioHost('1.29.1');
+  const [a, b] = await Promise.all(['rcm-a', 'rcm-b'].map(handler => runBundle(bundle, 'install', [
+    `--host-root=${host.root}`, `--host-pid=${host.pid}`, `--handler=${handler}`, '--shim-name=rcmtest', '--retries=0', '--health-timeout=5',
+    '--set-gather=2', `--location=${artifact.url}`,
+  ])));
+  expectOk(a);
+  expectOk(b);
+  expect(systemctlCalls(host)).toEqual(['reload crio']);
+  const runtimes = served(host).crio.runtime.runtimes;
+  expect(runtimes['rcm-a'].runtime_path).toBe(a.result.paths.binary);
+  expect(runtimes['rcm-b'].runtime_path).toBe(b.result.paths.binary);
+  expect(fs.readdirSync(path.join(host.root, 'etc/crio/crio.conf.d')).sort()).toEqual(['00-default.conf', '99-kata-deploy', '99-rcm-rcm-a.conf', '99-rcm-rcm-b.conf']);
+});
+
+test('an OCI runtime in a payload (runc\'s shim type): oci with the payload\'s runtime as runtime_path; uninstall collects the payload', async () => {
+  // GIVEN a payload as a gVisor-like Shim ships it: runc's shim and a runtime wrapper
+  const host = await crioHost('1.29.1');
+  const etcBefore = snapshot(host, 'etc/crio');
+  const tgz = await tarGz(work, { 'bin/containerd-shim-runc-v2': shimBinary(), 'bin/runc-wrapper': Buffer.from('#!/bin/sh\nexec runc "$@"\n') });
+  const url = server.put('oci-payload.tgz', tgz);
+  // WHEN installed with runc's shim type and the wrapper as BinaryName
+  const install = await runBundle(bundle, 'install', [...args(host), `--location=${url}`, '--payload-shim=bin/containerd-shim-runc-v2',
+    '--runtime-type=io.containerd.runc.v2', '--runtime-option=BinaryName=${PAYLOAD}/bin/runc-wrapper', '--privileged-without-host-devices=true']);
+  // THEN CRI-O gets an oci handler running the wrapper from the installed payload
+  expectOk(install);
+  const folder = path.posix.dirname(path.posix.dirname(install.result.paths.binary));
+  expect(folder).toMatch(/^\/opt\/rcm\/payloads\/rcmtest\/[0-9a-f]{16}$/);
+  const table = served(host).crio.runtime.runtimes.rcmtest;
+  expect(table).toEqual({ runtime_type: 'oci', runtime_path: `${folder}/bin/runc-wrapper`, privileged_without_host_devices: true });
+  expect(crioConf5Problems(table)).toEqual([]);
+  expect(fs.existsSync(path.join(host.root, folder, 'bin/runc-wrapper'))).toBe(true);
+  // WHEN uninstalled THEN the payload goes with it and CRI-O's files are as before
+  expectOk(await runBundle(bundle, 'uninstall', args(host)));
+  expect(snapshot(host, 'etc/crio')).toEqual(etcBefore);
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/payloads'))).toBe(false);
+});
+
+test('a new version: the drop-in is rewritten to the new binary, reloaded once, the old version removed', async () => {
+  const host = await crioHost('1.29.1');
+  const first = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  expectOk(first);
+  const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': Buffer.concat([shimBinary(), Buffer.from('version 2')]) });
+  const second = await runBundle(bundle, 'install', [...args(host), `--location=${server.put('shim-2.tgz', tgz)}`, `--sha256=${sha256(tgz)}`]);
+  expectOk(second);
+  expect(second.result.paths.binary).not.toBe(first.result.paths.binary);
+  expect(second.result.changed).toEqual(expect.arrayContaining([
+    'rewrote /etc/crio/crio.conf.d/99-rcm-rcmtest.conf: handler rcmtest (vm)', `removed previous version ${first.result.paths.binary}`,
+  ]));
+  expect(served(host).crio.runtime.runtimes.rcmtest.runtime_path).toBe(second.result.paths.binary);
+  expect(fs.existsSync(path.join(host.root, path.posix.dirname(first.result.paths.binary)))).toBe(false);
+  expect(systemctlCalls(host)).toEqual(['reload crio', 'reload crio']);
+});
+
+test('an installer killed after writing the drop-in: the next run finishes the change (reload, check, record) from the journal', async () => {
+  const host = await crioHost('1.29.1');
+  // GIVEN an install held right after the drop-in was written, then SIGKILLed
+  const child = spawn(process.execPath, [bundle, 'install', `--result-file=${path.join(work, 'killed.json')}`, ...args(host), `--location=${artifact.url}`],
+    { env: { PATH: process.env.PATH, RCM_TEST_PAUSE_AT: 'config-written' } });
+  let stderr = '';
+  child.stderr.on('data', d => { stderr += d; });
+  await waitFor(() => {
+    if (!stderr.includes('paused at config-written')) throw new Error('not paused yet');
+  }, 30_000);
+  const exited = new Promise(res => child.on('exit', res));
+  child.kill('SIGKILL');
+  await exited;
+  expect(systemctlCalls(host)).toEqual([]);
+  expect((await runBundle(bundle, 'status', args(host))).result).toMatchObject({ installed: false, interrupted: ['rcmtest'] });
+  // WHEN the next installer runs
+  const next = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  // THEN it finished the interrupted change: reloaded once, served, recorded, and its own install is then unchanged
+  expectOk(next);
+  expect(next.result.changed).toContain('recovered the interrupted install of rcmtest: finish');
+  expect(next.result.outcome).toBe('unchanged');
+  expect(systemctlCalls(host)).toEqual(['reload crio']);
+  expect(served(host).crio.runtime.runtimes.rcmtest.runtime_type).toBe('vm');
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/journal'))).toBe(false);
+  expect((await runBundle(bundle, 'status', args(host))).result).toMatchObject({ installed: true, interrupted: [] });
+});
+
+test('--distro=crio on a host without crio: refused (exit 4), nothing changed', async () => {
+  const host = await startFakeHost({ 'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN }, 'while true; do sleep 1; done');
+  hosts.push(host);
+  const r = await runBundle(bundle, 'install', [...args(host), '--distro=crio', `--location=${artifact.url}`]);
+  expect(r.code).toBe(4);
+  expect(r.result).toMatchObject({ reason: 'CrioHandlerRefused', message: expect.stringMatching(/^crio was not found on the host .*searched \/usr\/local\/sbin:/) });
+  expect(snapshot(host, 'etc/crio')).toEqual({ 'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN });
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims'))).toBe(false);
+});
