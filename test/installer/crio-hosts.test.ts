@@ -402,3 +402,26 @@ test('--distro=crio on a host without crio: refused (exit 4), nothing changed', 
   expect(snapshot(host, 'etc/crio')).toEqual({ 'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN });
   expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims'))).toBe(false);
 });
+
+test('uninstall leaves a file at our path that is not ours (exit 4, named); without the drop-in it removes only our files', async () => {
+  const host = await crioHost('1.29.1');
+  const install = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  expectOk(install);
+  const dropIn = path.join(host.root, 'etc/crio/crio.conf.d/99-rcm-rcmtest.conf');
+  // GIVEN someone else's file where ours was
+  const foreign = '[crio.runtime.runtimes.rcmtest]\nruntime_path = "/usr/bin/other"\n';
+  fs.writeFileSync(dropIn, foreign);
+  const refused = await runBundle(bundle, 'uninstall', args(host));
+  expect(refused.code).toBe(4);
+  expect(refused.result).toMatchObject({ reason: 'CrioHandlerRefused', message: expect.stringMatching(/99-rcm-rcmtest.conf was not written by the installer/) });
+  expect(fs.readFileSync(dropIn, 'utf8')).toBe(foreign);
+  expect(fs.existsSync(path.join(host.root, install.result.paths.binary))).toBe(true);
+  // GIVEN no file there at all: the binary and the record go, nothing is reloaded
+  fs.rmSync(dropIn);
+  const uninstall = await runBundle(bundle, 'uninstall', args(host));
+  expectOk(uninstall);
+  expect(uninstall.result.outcome).toBe('uninstalled');
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims'))).toBe(false);
+  expect(fs.existsSync(path.join(host.root, 'opt/rcm/state'))).toBe(false);
+  expect(systemctlCalls(host)).toEqual(['reload crio']);
+});
