@@ -31,9 +31,10 @@ import { KUBE_BIN_DIR, KUBE_VERSION } from '../support/tools';
 //    tests have it (test/e2e/shim-lifecycle.test.ts): no kube-proxy here (host network, the API
 //    server on 127.0.0.1, probes off, ports on 127.0.0.1), containerd at this node's paths and
 //    restarted by its supervisor (--installer-env, --default-restart-*).
-// The README's workload names a Spin app image, which cannot be pulled here: its pod is
-// scheduled onto the node and its sandbox starts under the installed shim, but its container
-// cannot; a busybox pod under the same RuntimeClass runs to completion instead.
+// The README's workload names a Spin app image, which cannot be pulled here, and its pod is not
+// on the host's network, which is all this test bed's pods can have: its pod is scheduled onto
+// the node and the kubelet starts its sandbox with the Shim's handler, no further; a busybox pod
+// (host network) under the same RuntimeClass runs to completion on the installed shim instead.
 //
 // Needs root and the binaries of scripts/provision.sh; run it with `npx projen e2e`.
 
@@ -277,22 +278,21 @@ step('the Shim becomes Ready as the README watches it, and the node carries its 
   expect(Object.values(await nodeLabels())).toContain(shim.spec.runtimeClass.handler);
 }, 700_000);
 
-step('pods run under the Shim: the README\'s workload is placed on the node and its sandbox runs on the installed shim; a busybox pod runs to completion', async () => {
+step('pods run under the Shim: the README\'s workload is placed on the node and started with the Shim\'s handler; a busybox pod runs to completion on the installed shim', async () => {
   const runtimeClass = shim.spec.runtimeClass.name;
   const installed = (runtime: string) => runtime.startsWith(path.join(installRoot, 'shims', shim.spec.runtimeClass.handler) + '/')
     && runtime.includes(artifactSha256.slice(0, 16));
   expect(workloads.length).toBeGreaterThan(0);
-  // The README's workload: scheduled here, with the RuntimeClass, its sandbox started by the installed shim.
+  // The README's workload: scheduled here with the RuntimeClass, and the kubelet starts its sandbox
+  // with the Shim's handler. It gets no further on this test bed: its image cannot be pulled, and
+  // its network cannot be set up (the node's CNI is loopback only; the test pods use the host's).
+  const handler = shim.spec.runtimeClass.handler;
   const podOfWorkload = await eventually(async () => (await api.get('/api/v1/namespaces/default/pods')).items
     .find((p: any) => p.spec.runtimeClassName === runtimeClass && p.spec.nodeName === cluster.nodeName
       && p.metadata.name.startsWith(workloads[0].metadata.name)),
   120_000, diagnostics);
-  const sandbox = await eventually(async () => {
-    const ids = cluster.containerd.ctr(['-n', 'k8s.io', 'containers', 'ls', '-q',
-      `labels."io.kubernetes.pod.name"==${podOfWorkload.metadata.name},labels."io.cri-containerd.kind"==sandbox`]).split('\n').filter(Boolean);
-    return ids[0];
-  }, 120_000, diagnostics);
-  expect(installed(runtimeOfContainer(sandbox))).toBe(true);
+  const startedWith = `Running pod ${podOfWorkload.metadata.name}_default(${podOfWorkload.metadata.uid}) with RuntimeHandler "${handler}"`;
+  await eventually(async () => cluster.kubelet.logTail(1_000_000).includes(startedWith), 120_000, diagnostics);
 
   // A pod of our own under the same RuntimeClass runs on the installed shim and succeeds.
   cluster.controlPlane.kubectl(['apply', '-f', '-'], {
