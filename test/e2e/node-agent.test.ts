@@ -1,127 +1,59 @@
-import { execFileSync } from 'child_process';
-import * as crypto from 'crypto';
 import * as fs from 'fs';
-import * as http from 'http';
-import * as net from 'net';
 import * as path from 'path';
-import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
+import { Duration } from 'cdk8s';
 import * as tar from 'tar';
-import { ContainerdRestart, InstallMode, PullPolicy, RuntimeClassManager, ShimNodeLabels } from '../../src';
-import { freePort } from '../support/control-plane';
-import { tail } from '../support/files';
-import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../support/product-images';
+import { InstallMode, ShimNodeLabels } from '../../src';
+import {
+  AppShim, AppWorkloads, apply, applyObject, bed, buildCrunPayload, buildGvisorPayload, condition, containerdConfig, containerLog, CRUN_PAYLOAD,
+  deletePod, diagnostics, expectGvisorInstalled, expectHelloWasmRan, expectPodInsideGvisor, expectPodUnderCrun, expectWasmInstalled, getShim, gone,
+  GVISOR_PAYLOAD, importPayloadImage, listTree, LogLine, nodeLabels, NS, Payload, pod, podWhen, readyOnTheNode, setUpE2eBed, sha256, SHIMS, step,
+  underShim, WASM_RUNTIME,
+} from '../support/e2e-app';
+import { bindStrayControllersToV1 } from '../support/host-cgroups';
 import { eventually, Rest } from '../support/rest';
-import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from '../support/single-node-cluster';
+import { SingleNodeCluster } from '../support/single-node-cluster';
+import { buildWasmImage, buildWasmPayload, WasmImage, WasmPayload } from '../support/wasm';
 
 // Install mode NodeAgent on a real single-node cluster: the app synthesizes the controller with
 // --install-mode agent and the rcm-node-agent DaemonSet; the agent pod (the installer image)
 // carries out what the controller admits in the node record, restarts containerd, and
-// repairs drift; workload pods run under the installed shim. No installer Job is made.
+// repairs drift; workload pods run under the installed shim, and under the payloads the Jobs
+// suite (shim-lifecycle.test.ts) proves too: gVisor, crun, crun with WasmEdge. No installer
+// Job is made.
 // Needs root and the binaries of scripts/provision.sh; run it with `npx projen e2e`.
 
 const SHIM = 'agent-runc';
 const HANDLER_LABEL = ShimNodeLabels.handlerKey(SHIM);
-const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
-const NS = 'runtime-class-manager';
 
 let cluster: SingleNodeCluster;
 let api: Rest;
-let work: string;
 let installRoot: string;
-let server: http.Server;
 let artifact: { location: string; sha256: string };
 let configBefore: string;
-let ports: { api: number; metrics: number; probes: number };
+/** The payload Shims the app carries besides the runc one. */
+let payloadShims: Record<string, AppShim> = {};
 
-function sha256(data: Buffer): string {
-  return crypto.createHash('sha256').update(data).digest('hex');
+setUpE2eBed({ installMode: InstallMode.nodeAgent({ driftCheck: Duration.seconds(3) }) });
+
+beforeAll(async () => {
+  ({ cluster, api, installRoot } = bed());
+  const work = bed().work;
+  // A real shim: containerd's runc shim under the handler's name.
+  const dir = path.join(work, 'artifact');
+  fs.mkdirSync(dir);
+  fs.copyFileSync('/usr/bin/containerd-shim-runc-v2', path.join(dir, `containerd-shim-${SHIM}-v2`));
+  const file = path.join(work, 'www', 'shim.tar.gz');
+  await tar.c({ file, cwd: dir, gzip: true, portable: true }, [`containerd-shim-${SHIM}-v2`]);
+  artifact = { location: `${bed().artifactBase}/shim.tar.gz`, sha256: sha256(fs.readFileSync(file)) };
+  configBefore = fs.readFileSync(cluster.containerd.config, 'utf8');
+}, 300_000);
+
+/** The app in install mode NodeAgent: the runc Shim (or not), the payload Shims of the steps so far, and `extra`. */
+function applyApp(withShim: boolean, extra: Record<string, AppShim> = {}, workloads?: AppWorkloads): void {
+  apply({ ...(withShim ? { [SHIM]: { location: artifact.location, sha256: artifact.sha256 } } : {}), ...payloadShims, ...extra }, workloads);
 }
 
-/** The app a user writes, in install mode NodeAgent, plus the test bed's overrides (no kube-proxy: the API server on 127.0.0.1). */
-function synthApp(withShim: boolean): string {
-  const app = new App();
-  const chart = new Chart(app, 'e2e');
-  const manager = new RuntimeClassManager(chart, 'Manager', {
-    controllerImage: CONTROLLER_IMAGE,
-    installerImage: INSTALLER_IMAGE,
-    imagePullPolicy: PullPolicy.IF_NOT_PRESENT,
-    replicas: 1,
-    metricsPort: ports.metrics,
-    probePort: ports.probes,
-    installMode: InstallMode.nodeAgent({ driftCheck: Duration.seconds(3) }),
-    defaultRestart: ContainerdRestart.command(cluster.containerd.restartCommand),
-    retryBackoff: Duration.seconds(2),
-    installerEnv: {
-      RCM_CONFIG: cluster.containerd.config,
-      RCM_SOCKET: cluster.containerd.socket,
-      RCM_DISTRO: 'containerd',
-      RCM_INSTALL_ROOT: installRoot,
-      RCM_HOST_PID: String(cluster.containerd.supervisorPid),
-    },
-  });
-  if (withShim) manager.addShim(SHIM, { handler: SHIM, allowInsecureHttp: true, location: artifact.location, sha256: artifact.sha256 });
-  const container = '/spec/template/spec/containers/0';
-  const apiServer = [
-    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' }),
-    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_PORT', value: String(ports.api) }),
-  ];
-  const args: string[] = manager.deployment.toJson().spec.template.spec.containers[0].args;
-  ApiObject.of(manager.deployment).addJsonPatch(
-    JsonPatch.add('/spec/template/spec/hostNetwork', true),
-    ...apiServer,
-    JsonPatch.remove(`${container}/livenessProbe`),
-    JsonPatch.remove(`${container}/readinessProbe`),
-    ...['--metrics-bind-address', '--health-probe-bind-address'].map(flag => {
-      const i = args.findIndex(a => a.startsWith(`${flag}=:`));
-      return JsonPatch.replace(`${container}/args/${i}`, args[i].replace('=:', '=127.0.0.1:'));
-    }),
-  );
-  ApiObject.of(manager.nodeAgent!).addJsonPatch(...apiServer);
-  return app.synthYaml();
-}
-
-function apply(withShim: boolean): void {
-  const file = path.join(work, `app-${Date.now()}.yaml`);
-  fs.writeFileSync(file, synthApp(withShim));
-  const kubectl = cluster.controlPlane.kubectl;
-  try {
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
-  } catch (e) {
-    if (!/no matches for kind "Shim"/.test(String((e as any).stderr ?? e))) throw e;
-    kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
-  }
-}
-
-const effective = () => execFileSync('/usr/bin/containerd', ['--config', cluster.containerd.config, 'config', 'dump'], { encoding: 'utf8' });
-const nodeLabels = async (): Promise<Record<string, string>> => (await api.get(`/api/v1/nodes/${cluster.nodeName}`)).metadata.labels ?? {};
-
-function pod(name: string, command: string, runtimeClassName?: string): object {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, namespace: 'default' },
-    spec: {
-      hostNetwork: true,
-      restartPolicy: 'Never',
-      terminationGracePeriodSeconds: 1,
-      ...(runtimeClassName ? { runtimeClassName } : {}),
-      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', command] }],
-    },
-  };
-}
-
-async function podDone(name: string, timeoutMs = 120_000): Promise<any> {
-  return eventually(async () => {
-    const p = await api.get(`/api/v1/namespaces/default/pods/${name}`);
-    return ['Succeeded', 'Failed'].includes(p.status?.phase) ? p : undefined;
-  }, timeoutMs, diagnostics);
-}
-
-async function deletePod(name: string): Promise<void> {
-  await api.request('DELETE', `/api/v1/namespaces/default/pods/${name}`).catch(() => undefined);
-  await eventually(async () => api.get(`/api/v1/namespaces/default/pods/${name}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
-}
+const effective = () => containerdConfig().dump;
 
 /** The agent's process on this machine (the node), and what it costs: resident and peak memory, CPU seconds so far. */
 function agentProcess(): { pid: number; rssMiB: number; peakMiB: number; cpuSeconds: number } {
@@ -141,68 +73,27 @@ function agentProcess(): { pid: number; rssMiB: number; peakMiB: number; cpuSeco
 
 const agentPods = async () => (await api.get(`/api/v1/namespaces/${NS}/pods?labelSelector=${encodeURIComponent('app.kubernetes.io/component=node-agent')}`)).items;
 
-async function diagnostics(): Promise<string> {
-  const safe = async (what: () => Promise<any>) => what().catch((e: Error) => `(${e.message})`);
-  const shims = await safe(async () => (await api.get(SHIMS)).items.map((s: any) => ({ name: s.metadata.name, status: s.status })));
-  const node = await safe(async () => {
-    const n = await api.get(`/api/v1/nodes/${cluster.nodeName}`);
-    return Object.fromEntries(Object.entries({ ...n.metadata.labels, ...n.metadata.annotations }).filter(([k]) => k.includes('shim.runtime')));
-  });
-  const pods = await safe(async () => (await api.get('/api/v1/pods')).items.map((p: any) => `${p.metadata.namespace}/${p.metadata.name} ${p.status?.phase}`));
-  const logs = fs.existsSync('/var/log/pods') ? fs.readdirSync('/var/log/pods').filter(d => d.startsWith(`${NS}_`)).flatMap(d =>
-    fs.readdirSync(path.join('/var/log/pods', d)).flatMap(c => fs.readdirSync(path.join('/var/log/pods', d, c)).map(f =>
-      `--- ${d} ${c}/${f} ---\n${tail(path.join('/var/log/pods', d, c, f), 30)}`))) : [];
-  return ['=== node agent e2e diagnostics ===', `shims: ${JSON.stringify(shims)}`, `node: ${JSON.stringify(node)}`, `pods: ${JSON.stringify(pods)}`,
-    ...logs, cluster.logTails(20)].join('\n');
-}
-
-function step(name: string, fn: () => Promise<void>, timeoutMs = 240_000): void {
-  test(name, async () => {
+/** What the agent pods on the node logged (their JSON lines, read from the node's log files). */
+async function agentLog(): Promise<Array<Record<string, any>>> {
+  return (await agentPods()).flatMap((p: any) => containerLog(p, p.spec.containers[0].name)).flatMap((line: LogLine) => {
     try {
-      await fn();
-    } catch (e) {
-      (e as Error).message += `\n${await diagnostics()}`;
-      throw e;
+      return [JSON.parse(line.text)];
+    } catch {
+      return [];
     }
-  }, timeoutMs);
+  });
 }
 
-beforeAll(async () => {
-  cluster = await startSingleNodeCluster();
-  work = path.join(cluster.dir, 'work');
-  fs.mkdirSync(path.join(work, 'www'), { recursive: true });
-  installRoot = path.join(cluster.dir, 'opt-rcm');
-  const cp = cluster.controlPlane;
-  api = new Rest(cp.server, cp.adminToken, cp.caFile);
-  ports = { api: Number(new URL(cp.server).port), metrics: await freePort(), probes: await freePort() };
-  const images = await buildProductImages(work);
-  cluster.importImage(images.controller);
-  cluster.importImage(images.installer);
-  // A real shim: containerd's runc shim under the handler's name.
-  const dir = path.join(work, 'artifact');
-  fs.mkdirSync(dir);
-  fs.copyFileSync('/usr/bin/containerd-shim-runc-v2', path.join(dir, `containerd-shim-${SHIM}-v2`));
-  const file = path.join(work, 'www', 'shim.tar.gz');
-  await tar.c({ file, cwd: dir, gzip: true, portable: true }, [`containerd-shim-${SHIM}-v2`]);
-  server = http.createServer((req, res) => {
-    if (req.url !== '/shim.tar.gz') return void res.writeHead(404).end();
-    res.writeHead(200, { 'Content-Length': fs.statSync(file).size });
-    fs.createReadStream(file).pipe(res);
-  });
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve));
-  artifact = { location: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}/shim.tar.gz`, sha256: sha256(fs.readFileSync(file)) };
-  configBefore = fs.readFileSync(cluster.containerd.config, 'utf8');
-}, 300_000);
-
-afterAll(async () => {
-  server?.close();
-  await cluster?.stop();
-}, 180_000);
+/** The agent carried out an operation of this Shim (it logs each request it takes), and there is no installer Job. */
+async function expectDoneByTheAgent(operation: 'install' | 'uninstall', shim: string): Promise<void> {
+  expect(await agentLog()).toEqual(expect.arrayContaining([expect.objectContaining({ msg: `${operation} of ${shim} admitted`, shim })]));
+  expect((await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items).toEqual([]);
+}
 
 step('applied in install mode NodeAgent, the Shim is installed by the agent pod, without a Job, and a pod runs under it', async () => {
   const containerdPid = cluster.containerd.pid();
   // WHEN the app is applied
-  apply(true);
+  applyApp(true);
   // THEN the agent pod runs, the Shim becomes Ready and the node carries its gate
   await eventually(async () => (await agentPods()).some((p: any) => p.status?.phase === 'Running'), 120_000, diagnostics);
   await eventually(async () => {
@@ -215,8 +106,8 @@ step('applied in install mode NodeAgent, the Shim is installed by the agent pod,
   // AND no installer Job was made
   expect((await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items).toEqual([]);
   // WHEN a workload uses the RuntimeClass THEN it succeeds
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('agent-workload', 'echo ok', SHIM)) });
-  expect((await podDone('agent-workload')).status.phase).toBe('Succeeded');
+  applyObject(pod('agent-workload', 'echo ok', SHIM));
+  expect((await podWhen('agent-workload', ['Succeeded', 'Failed'], 120_000)).status.phase).toBe('Succeeded');
   await deletePod('agent-workload');
 });
 
@@ -240,8 +131,8 @@ step('drift: the config rewritten without the handler drops the gate within the 
   expect(gateGone).toBeLessThan(30);
   expect(fs.readFileSync(cluster.containerd.config, 'utf8')).toBe(installedConfig);
   // AND a pod under the RuntimeClass runs again
-  cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod('agent-after-drift', 'echo ok', SHIM)) });
-  expect((await podDone('agent-after-drift')).status.phase).toBe('Succeeded');
+  applyObject(pod('agent-after-drift', 'echo ok', SHIM));
+  expect((await podWhen('agent-after-drift', ['Succeeded', 'Failed'], 120_000)).status.phase).toBe('Succeeded');
   await deletePod('agent-after-drift');
 });
 
@@ -263,10 +154,124 @@ step('the agent pod replaced (an upgrade of the DaemonSet): no containerd restar
   expect(effective()).toContain(`containerd-shim-${SHIM}-v2`);
 });
 
+// The payloads of the Jobs suite, through the agent: the same Shims, the same proofs on the node
+// and in the pods (the helpers of test/support/e2e-app.ts), installed and removed by the agent.
+
+const GVISOR = 'agent-gvisor';
+const CRUN = 'agent-crun';
+const WASM = 'agent-wasm';
+const IMAGE = 'agent-gvisor-image';
+let gvisor: Payload;
+let wasmPayload: WasmPayload;
+let helloImage: WasmImage;
+/** containerd's config with the runc Shim installed, before any payload. */
+let configBeforePayloads: string;
+
+step('the gVisor payload over HTTP, installed by the agent: a pod runs inside gVisor', async () => {
+  configBeforePayloads = containerdConfig().file;
+  const containerdPid = cluster.containerd.pid();
+  // GIVEN gVisor as a payload (runc's shim, runsc and a wrapper) WHEN its Shim is applied in install mode NodeAgent
+  gvisor = await buildGvisorPayload();
+  payloadShims = { [GVISOR]: { location: gvisor.location, sha256: gvisor.sha256, ...GVISOR_PAYLOAD } };
+  applyApp(true);
+  // THEN the agent installs it (no Job), containerd restarted with the handler
+  await readyOnTheNode(GVISOR);
+  await expectDoneByTheAgent('install', GVISOR);
+  expect(cluster.containerd.pid()).not.toBe(containerdPid);
+  expectGvisorInstalled(GVISOR, gvisor);
+  // AND a pod of its RuntimeClass runs inside gVisor: the kernel the pod reports is gVisor's, not the host's
+  await expectPodInsideGvisor('agent-under-gvisor', GVISOR);
+});
+
+step('the crun payload, installed by the agent: a pod runs under crun', async () => {
+  const crun = await buildCrunPayload();
+  // (crun refuses a hybrid cgroup host with controllers left in v2, which real systemd hosts do not have)
+  bindStrayControllersToV1();
+  payloadShims = { ...payloadShims, [CRUN]: { location: crun.location, sha256: crun.sha256, ...CRUN_PAYLOAD } };
+  applyApp(true);
+  await readyOnTheNode(CRUN);
+  await expectDoneByTheAgent('install', CRUN);
+  // THEN its container's state is crun's (a `status` file), not runc's (`state.json`)
+  await expectPodUnderCrun('agent-under-crun', CRUN);
+});
+
+step('crun with WasmEdge (168 MiB unpacked), installed by the agent: hello.wasm runs under the Shim with its workload annotation', async () => {
+  wasmPayload = await buildWasmPayload(path.join(bed().work, 'www', 'crun-wasmedge.tgz'));
+  helloImage = await buildWasmImage('hello', bed().work);
+  cluster.importImage(helloImage.tarball);
+  payloadShims = { ...payloadShims, [WASM]: { location: `${bed().artifactBase}/crun-wasmedge.tgz`, sha256: wasmPayload.sha256, ...WASM_RUNTIME } };
+  applyApp(true);
+  await readyOnTheNode(WASM);
+  await expectDoneByTheAgent('install', WASM);
+  // THEN the payload is on the node as the Jobs suite finds it, links kept, and containerd lets crun's annotations through
+  await expectWasmInstalled(WASM, wasmPayload);
+  // (the agent unpacked the payload in its own process, within its memory limit)
+  const agent = agentProcess();
+  process.stdout.write(`node agent e2e: the agent's peak RSS after the gVisor, crun and crun + WasmEdge payloads ${agent.peakMiB.toFixed(0)} MiB\n`);
+  expect(agent.peakMiB).toBeLessThan(512);
+  // WHEN the app runs hello.wasm under the Shim (runWorkload: its RuntimeClass and the Shim's workloadAnnotations)
+  applyApp(true, {}, underShim(WASM, [['agent-wasm-hello', helloImage.reference]]));
+  // THEN the pod carries both, and the module ran to its end with its line in the log
+  expectHelloWasmRan(await podWhen('agent-wasm-hello', ['Succeeded', 'Failed'], 120_000), WASM);
+  await deletePod('agent-wasm-hello');
+});
+
+step('an artifact in an image is refused by the agent: the Shim is Degraded with ImageArtifactNeedsJobs, and nothing changes on the node', async () => {
+  // GIVEN the gVisor payload in an image on the node, pinned by digest (what install mode Jobs installs: shim-lifecycle.test.ts)
+  const reference = await importPayloadImage('rcm-agent-gvisor-payload', gvisor.path, '/payload/gvisor.tgz');
+  const config = containerdConfig().file;
+  const files = listTree(installRoot);
+  const containerdPid = cluster.containerd.pid();
+  // WHEN a Shim takes its artifact from it, in install mode NodeAgent
+  applyApp(true, { [IMAGE]: { image: { reference, path: '/payload/gvisor.tgz', sha256: gvisor.sha256 }, ...GVISOR_PAYLOAD } });
+  // THEN the Shim is Degraded, and its status names the reason and what to do
+  const degraded = await eventually(async () => {
+    const s = await getShim(IMAGE);
+    return condition(s, 'Degraded')?.status === 'True' ? s : undefined;
+  }, 120_000, diagnostics);
+  expect(condition(degraded, 'Degraded')).toMatchObject({ reason: 'InstallFailed', message: expect.stringContaining('ImageArtifactNeedsJobs') });
+  expect(condition(degraded, 'Degraded').message).toContain('use install mode Jobs');
+  expect(condition(degraded, 'Ready').status).toBe('False');
+  expect(degraded.status).toMatchObject({ nodesFailed: 1, nodesReady: 0, failedNodes: [expect.objectContaining({ reason: 'ImageArtifactNeedsJobs' })] });
+  // AND nothing changed on the node: no gate, the same config and files, no containerd restart, no Job
+  expect((await nodeLabels())[ShimNodeLabels.handlerKey(IMAGE)]).toBeUndefined();
+  expect(containerdConfig().file).toBe(config);
+  expect(listTree(installRoot)).toEqual(files);
+  expect(cluster.containerd.pid()).toBe(containerdPid);
+  expect((await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items).toEqual([]);
+  // AND the other Shims are still Ready
+  for (const name of [SHIM, GVISOR, CRUN, WASM]) expect(condition(await getShim(name), 'Ready').status).toBe('True');
+  // WHEN the refused Shim is deleted THEN it goes, and still nothing changed on the node
+  applyApp(true);
+  cluster.controlPlane.kubectl(['delete', 'shim', IMAGE, '--wait=false']);
+  await gone(`${SHIMS}/${IMAGE}`, 120_000);
+  expect(containerdConfig().file).toBe(config);
+  expect(listTree(installRoot)).toEqual(files);
+  expect(cluster.containerd.pid()).toBe(containerdPid);
+});
+
+step('deleting the payload Shims uninstalls them through the agent: the config is as before the payloads, byte for byte', async () => {
+  const names = Object.keys(payloadShims);
+  payloadShims = {};
+  applyApp(true);
+  cluster.controlPlane.kubectl(['delete', 'shim', ...names, '--wait=false']);
+  for (const name of names) {
+    await gone(`${SHIMS}/${name}`, 180_000);
+    await gone(`/apis/node.k8s.io/v1/runtimeclasses/${name}`);
+    await expectDoneByTheAgent('uninstall', name);
+  }
+  expect(containerdConfig().file).toBe(configBeforePayloads);
+  expect(listTree(path.join(installRoot, 'payloads'))).toEqual([]);
+  const labels = await nodeLabels();
+  for (const name of names) expect(labels[ShimNodeLabels.handlerKey(name)]).toBeUndefined();
+  // AND the runc Shim still serves the node
+  expect(labels[HANDLER_LABEL]).toBe(SHIM);
+});
+
 step('deleting the Shim uninstalls it through the agent: the config is the original again, byte for byte', async () => {
-  apply(false);
+  applyApp(false);
   cluster.controlPlane.kubectl(['delete', 'shim', SHIM, '--wait=false']);
-  await eventually(async () => api.get(`${SHIMS}/${SHIM}`).then(() => false, (e: any) => e.code === 404), 180_000, diagnostics);
+  await gone(`${SHIMS}/${SHIM}`, 180_000);
   expect(fs.readFileSync(cluster.containerd.config, 'utf8')).toBe(configBefore);
   expect((await nodeLabels())[HANDLER_LABEL]).toBeUndefined();
   expect(fs.existsSync(path.join(installRoot, 'shims', SHIM))).toBe(false);
