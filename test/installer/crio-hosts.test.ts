@@ -316,7 +316,7 @@ test('two Shims installed at once on a CRI-O node: one reload for both (the chan
   const host = await crioHost('1.29.1');
   const [a, b] = await Promise.all(['rcm-a', 'rcm-b'].map(handler => runBundle(bundle, 'install', [
     `--host-root=${host.root}`, `--host-pid=${host.pid}`, `--handler=${handler}`, '--shim-name=rcmtest', '--retries=0', '--health-timeout=5',
-    '--set-gather=2', `--location=${artifact.url}`,
+    '--set-gather=5', `--location=${artifact.url}`,
   ])));
   expectOk(a);
   expectOk(b);
