@@ -603,7 +603,7 @@ function buildStatus(shim: ShimObject, previous: ShimStatus | undefined, now: st
   const notes = [
     t.waitingForNodes.length ? `${t.waitingForNodes.length} node(s) not Ready or cordoned (${t.waitingForNodes.slice(0, 3).join(', ')})` : '',
     t.blocked.length ? `${t.blocked.length} node(s) wait for another Shim to release the handler (${t.blocked.slice(0, 3).join(', ')})` : '',
-    retrying.length ? `${retrying.length} node(s) retrying (${retrying[0].name}: attempt ${retrying[0].attempts} failed: ${retrying[0].reason}; next at ${retrying[0].nextAttempt})` : '',
+    retrying.length ? `${retrying.length} node(s) retrying (${retrying[0].name}: attempt ${retrying[0].attempts} failed: ${retrying[0].reason}; ${retrying[0].nextAttempt ? `next at ${retrying[0].nextAttempt}` : 'the next attempt is under way'})` : '',
     t.queued ? `${t.queued} node(s) queued` : '',
   ].filter(Boolean).join('; ');
 

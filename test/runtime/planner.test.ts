@@ -534,6 +534,17 @@ describe('I6: failures are handled like an operator would', () => {
     expect(created(actions)).toEqual([]);
   });
 
+  test('while a retry runs, Progressing says so (not a next attempt time it does not have)', () => {
+    // GIVEN node a's first install failed and its second attempt is under way
+    const s = shim();
+    const failure = { operation: 'install', handler: 'spin', revision: rev(s), attempt: 1, reason: 'DownloadFailed', message: 'y', at: '2026-11-20T23:59:00Z' };
+    const a = node('a', { [KEYS.state]: 'retrying' }, { [KEYS.failure]: JSON.stringify(failure) });
+    const { status } = run({ shim: s, nodes: [a], jobs: [job('a', s, 'running', 'install', { attempt: 2 })] });
+    // THEN the message names the failure and the attempt under way
+    expect(condition(status, 'Progressing')!.message).toMatch(/a: attempt 1 failed: DownloadFailed; the next attempt is under way/);
+    expect(condition(status, 'Progressing')!.message).not.toMatch(/undefined/);
+  });
+
   test('a node due a retry keeps its slot while it is down: the rollout does not move on past a failure', () => {
     // GIVEN node a failed its first install (its containerd restart failed, so its kubelet went NotReady)
     const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
