@@ -223,12 +223,15 @@ step('an artifact in an image is refused by the agent: the Shim is Degraded with
   const files = listTree(installRoot);
   const containerdPid = cluster.containerd.pid();
   // WHEN a Shim takes its artifact from it, in install mode NodeAgent
+  const appliedAt = Date.now();
   applyApp(true, { [IMAGE]: { image: { reference, path: '/payload/gvisor.tgz', sha256: gvisor.sha256 }, ...GVISOR_PAYLOAD } });
   // THEN the Shim is Degraded, and its status names the reason and what to do
   const degraded = await eventually(async () => {
     const s = await getShim(IMAGE);
     return condition(s, 'Degraded')?.status === 'True' ? s : undefined;
   }, 120_000, diagnostics);
+  process.stdout.write(`node agent e2e: an artifact in an image, Degraded after ${((Date.now() - appliedAt) / 1000).toFixed(1)} s and `
+    + `${degraded.status.failedNodes?.[0]?.attempts} attempt(s): ${condition(degraded, 'Degraded').message}\n`);
   expect(condition(degraded, 'Degraded')).toMatchObject({ reason: 'InstallFailed', message: expect.stringContaining('ImageArtifactNeedsJobs') });
   expect(condition(degraded, 'Degraded').message).toContain('use install mode Jobs');
   expect(condition(degraded, 'Ready').status).toBe('False');
