@@ -60,6 +60,8 @@ export class NodeAgent {
   private readonly running = new Map<string, Promise<void>>();
   /** The last run of each Shim: its next request waits for it (a request withdrawn mid-run may be followed by another). */
   private readonly lastOfShim = new Map<string, Promise<void>>();
+  /** Requests carried out here, by name, until the controller withdraws them: a node event that does not show the outcome yet must not start one again. */
+  private readonly done = new Set<string>();
   /** Requests seen and not started yet (gathered for one change set), by name. */
   private readonly arriving = new Map<string, { shim: string; admitted: AdmittedRequest }>();
   private gatherTimer?: NodeJS.Timeout;
@@ -118,11 +120,13 @@ export class NodeAgent {
     this.node = { labels: node.metadata?.labels ?? {}, annotations: node.metadata?.annotations ?? {} };
     if (this.stopped) return;
     let added = false;
-    for (const { shim, admitted, result } of requestsOn(this.node.annotations)) {
+    const present = requestsOn(this.node.annotations);
+    for (const name of [...this.done]) if (!present.some(r => r.admitted.name === name)) this.done.delete(name);
+    for (const { shim, admitted, result } of present) {
       // Done, or under way here. A result `running` that nobody here runs was left by an agent
       // that ended: the run is made again (an install is idempotent; the journal finishes or
       // undoes what it left).
-      if ((result && result.phase !== 'running') || this.running.has(admitted.name) || this.arriving.has(admitted.name)) continue;
+      if ((result && result.phase !== 'running') || this.running.has(admitted.name) || this.arriving.has(admitted.name) || this.done.has(admitted.name)) continue;
       this.arriving.set(admitted.name, { shim, admitted });
       added = true;
     }
@@ -148,6 +152,7 @@ export class NodeAgent {
       // agent has taken but not yet reported (its node went NotReady) and admit another later.
       const previous = this.lastOfShim.get(shim);
       const run: Promise<void> = (previous ?? Promise.resolve()).then(() => this.carryOut(shim, admitted)).finally(() => {
+        this.done.add(admitted.name);
         this.running.delete(admitted.name);
         if (this.lastOfShim.get(shim) === run) this.lastOfShim.delete(shim);
       });
@@ -220,7 +225,8 @@ export class NodeAgent {
   /**
    * Writes a result, trying again a few times (the API server may refuse a write under load:
    * 429). A result that never arrives is not lost for good: the request still shows no outcome,
-   * and the next event of the node runs it again (an installed handler is then `unchanged`).
+   * the controller fails it after its deadline (NodeAgentDidNotAnswer) and admits it again (an
+   * installed handler is then `unchanged`).
    */
   private async report(shim: string, result: AgentResult): Promise<void> {
     for (let attempt = 1; ; attempt++) {
