@@ -14,14 +14,14 @@ export class Rest {
     this.agent = keepAlive ? new https.Agent({ keepAlive: true, maxSockets: 64, ca: fs.readFileSync(caFile) }) : false;
   }
 
-  request(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<any> {
+  request(method: string, path: string, body?: unknown, contentType = 'application/json', accept = 'application/json'): Promise<any> {
     const url = new URL(path, this.server);
     return new Promise((resolve, reject) => {
       const req = https.request(url, {
         method,
         ca: fs.readFileSync(this.caFile),
         agent: this.agent,
-        headers: { Authorization: `Bearer ${this.token}`, Accept: 'application/json', ...(body ? { 'Content-Type': contentType } : {}) },
+        headers: { Authorization: `Bearer ${this.token}`, Accept: accept, ...(body ? { 'Content-Type': contentType } : {}) },
       }, res => {
         const chunks: Buffer[] = [];
         res.on('data', c => chunks.push(c));
@@ -49,14 +49,14 @@ export class Rest {
    * A JSON watch: `onEvent` for each event until the server ends it (resolves) or it fails
    * (rejects); `stop()` ends it early.
    */
-  watch(path: string, onEvent: (event: { type: string; object: any }) => void): { done: Promise<void>; stop: () => void } {
+  watch(path: string, onEvent: (event: { type: string; object: any }) => void, accept = 'application/json'): { done: Promise<void>; stop: () => void } {
     let req: ReturnType<typeof https.request> | undefined;
     let stopped = false;
     const done = new Promise<void>((resolve, reject) => {
       req = https.request(new URL(path, this.server), {
         ca: fs.readFileSync(this.caFile),
         agent: false,
-        headers: { Authorization: `Bearer ${this.token}`, Accept: 'application/json' },
+        headers: { Authorization: `Bearer ${this.token}`, Accept: accept },
       }, res => {
         if ((res.statusCode ?? 0) >= 300) return reject(new Error(`WATCH ${path}: ${res.statusCode}`));
         let rest = '';
