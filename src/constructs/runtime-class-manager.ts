@@ -357,6 +357,7 @@ export class RuntimeClassManager extends Construct {
   private readonly pullSecrets: string[] = [];
   private readonly labels: { [key: string]: string };
   private readonly annotations: { [key: string]: string };
+  private readonly installMode: InstallMode;
 
   constructor(scope: Construct, id: string, props: RuntimeClassManagerProps = {}) {
     super(scope, id);
@@ -408,6 +409,7 @@ export class RuntimeClassManager extends Construct {
     };
     validateResources(resources);
     const installMode = props.installMode ?? InstallMode.jobs();
+    this.installMode = installMode;
     const agent = installMode.agent;
     const agentResources = {
       cpuRequest: agent.cpuRequest ?? '10m',
@@ -824,6 +826,11 @@ export class RuntimeClassManager extends Construct {
    * @param props the Shim
    */
   public addShim(id: string, props: ShimConstructProps): ShimConstruct {
+    // The node agent pulls no images: an artifact in one is copied out by a Job's init container.
+    if (props.image && this.installMode.mode === 'agent') {
+      throw new Error(`addShim("${id}"): image: install mode NodeAgent fetches artifacts over HTTP(S) only; `
+        + 'give location or platforms, or use installMode: InstallMode.jobs()');
+    }
     return new ShimConstruct(this, id, {
       ...props,
       syncWave: props.syncWave ?? this.syncWaves.shims,

@@ -253,6 +253,7 @@ export class Controller {
       runtimeClasses: this.runtimeClassViews(shim),
       retry: this.settings.retry,
       now: new Date(nowMs).toISOString(),
+      installMode: this.settings.installMode,
     });
     const created: JobRequest[] = [];
     try {

@@ -36,6 +36,11 @@ export interface PlanInput {
   readonly runtimeClasses: RuntimeClassView[];
   readonly retry: RetryPolicy;
   readonly now: string;
+  /**
+   * How operations reach the nodes (installer Jobs, or the node agents).
+   * @default 'jobs'
+   */
+  readonly installMode?: 'jobs' | 'agent';
 }
 
 function hash(...parts: unknown[]): string {
@@ -148,7 +153,7 @@ function olderThan(a: ShimObject, b: ShimObject): boolean {
 }
 
 /** Why the Shim cannot be acted on, or undefined. */
-export function invalidReason(shim: ShimObject, others: ShimObject[], selected: NodeView[]): string | undefined {
+export function invalidReason(shim: ShimObject, others: ShimObject[], selected: NodeView[], installMode: 'jobs' | 'agent' = 'jobs'): string | undefined {
   const handler = shim.spec?.runtimeClass?.handler;
   if (typeof handler !== 'string' || !isDnsLabel(handler)) return `handler "${handler}" is not a DNS label`;
   for (const other of others) {
@@ -158,7 +163,7 @@ export function invalidReason(shim: ShimObject, others: ShimObject[], selected: 
       return `RuntimeClass "${shim.spec.runtimeClass.name}" is already claimed by Shim "${other.metadata.name}"`;
     }
   }
-  const problem = specProblem(shim.spec);
+  const problem = specProblem(shim.spec) ?? (installMode === 'agent' ? agentModeProblem(shim.spec) : undefined);
   if (problem) return problem;
   // Per platform, not per node: thousands of nodes share a handful of platforms.
   const checked = new Set<string>();
@@ -189,6 +194,23 @@ function specProblem(spec: ShimSpec): string | undefined {
     }
   }
   return undefined;
+}
+
+/**
+ * The reason, in a Shim's message, of an artifact in an image in install mode NodeAgent (the
+ * agent fetches over HTTP(S) only).
+ */
+export const IMAGE_ARTIFACT_NEEDS_JOBS = 'ImageArtifactNeedsJobs';
+
+/**
+ * What install mode NodeAgent cannot do: an artifact in an image is copied out by a Job's init
+ * container (the kubelet pulls it); the agent pulls no images. Refused before any node is
+ * touched, rather than failing on every node failureThreshold times.
+ */
+function agentModeProblem(spec: ShimSpec): string | undefined {
+  if (!spec.fetchStrategy?.image) return undefined;
+  return `fetchStrategy.image: ${IMAGE_ARTIFACT_NEEDS_JOBS}: install mode NodeAgent fetches artifacts over HTTP(S) only `
+    + '(anonHttp or platforms); use install mode Jobs for an artifact in an image';
 }
 
 const INSTALLED_SUFFIX = `.${ShimNodeLabels.DOMAIN}/installed`;
@@ -318,7 +340,7 @@ export function plan(input: PlanInput): Plan {
   const selector = Object.entries(shim.spec?.nodeSelector ?? {});
   const selected = deleting ? [] : input.nodes.filter(n => selector.every(([k, v]) => n.labels[k] === v));
   const selectedNames = new Set(selected.map(n => n.name));
-  const invalid = deleting ? undefined : invalidReason(shim, input.otherShims, selected);
+  const invalid = deleting ? undefined : invalidReason(shim, input.otherShims, selected, input.installMode);
   if (invalid) actions.push(...invalidEvent(previous, invalid));
   const desired = invalid || deleting ? undefined : { handler: shim.spec.runtimeClass.handler, revision };
 

@@ -76,4 +76,16 @@ describe('installMode', () => {
   ])('bad props fail naming the field: %s', (_what, options, message) => {
     expect(() => synth({ installMode: InstallMode.nodeAgent(options) })).toThrow(message);
   });
+  test('NodeAgent: a Shim whose artifact is in an image fails at addShim, naming the field (the agent pulls no images); Jobs takes it', () => {
+    // GIVEN a manager in each install mode, and a Shim whose artifact is in an image
+    const image = { reference: 'registry.example.com/spin@sha256:' + 'a'.repeat(64), path: '/containerd-shim-spin-v2' };
+    const agent = synth({ installMode: InstallMode.nodeAgent() }).manager;
+    const jobs = synth({ installMode: InstallMode.jobs() }).manager;
+    // WHEN / THEN the agent's manager refuses it with what to do instead; the Jobs manager adds it
+    expect(() => agent.addShim('spin', { handler: 'spin', image })).toThrow(
+      /^addShim\("spin"\): image: install mode NodeAgent fetches artifacts over HTTP\(S\) only; give location or platforms, or use installMode: InstallMode.jobs\(\)$/);
+    expect(jobs.addShim('spin', { handler: 'spin', image }).handler).toBe('spin');
+    // AND an HTTP(S) artifact is fine in NodeAgent mode
+    expect(agent.addShim('wasm', { handler: 'wasm', location: 'https://example.com/shim.tgz', sha256: 'b'.repeat(64) }).handler).toBe('wasm');
+  });
 });

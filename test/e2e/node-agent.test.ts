@@ -4,10 +4,10 @@ import { Duration } from 'cdk8s';
 import * as tar from 'tar';
 import { InstallMode, ShimNodeLabels } from '../../src';
 import {
-  AppShim, AppWorkloads, apply, applyObject, bed, buildCrunPayload, buildGvisorPayload, condition, containerdConfig, containerLog, CRUN_PAYLOAD,
-  deletePod, diagnostics, expectGvisorInstalled, expectHelloWasmRan, expectPodInsideGvisor, expectPodUnderCrun, expectWasmInstalled, getShim, gone,
-  GVISOR_PAYLOAD, importPayloadImage, listTree, LogLine, nodeLabels, NS, Payload, pod, podWhen, readyOnTheNode, setUpE2eBed, sha256, SHIMS, step,
-  underShim, WASM_RUNTIME,
+  AppShim, AppWorkloads, apply, applyObject, applyShimAlone, bed, buildCrunPayload, buildGvisorPayload, condition, containerdConfig,
+  containerLog, CRUN_PAYLOAD, deletePod, diagnostics, expectGvisorInstalled, expectHelloWasmRan, expectPodInsideGvisor, expectPodUnderCrun,
+  expectWasmInstalled, getShim, gone, GVISOR_PAYLOAD, importPayloadImage, listTree, LogLine, nodeAnnotations, nodeLabels, NS, Payload, pod,
+  podWhen, readyOnTheNode, setUpE2eBed, sha256, SHIMS, step, underShim, WASM_RUNTIME,
 } from '../support/e2e-app';
 import { bindStrayControllersToV1 } from '../support/host-cgroups';
 import { eventually, Rest } from '../support/rest';
@@ -216,26 +216,30 @@ step('crun with WasmEdge (168 MiB unpacked), installed by the agent: hello.wasm 
   await deletePod('agent-wasm-hello');
 });
 
-step('an artifact in an image is refused by the agent: the Shim is Degraded with ImageArtifactNeedsJobs, and nothing changes on the node', async () => {
+step('an artifact in an image is refused in install mode NodeAgent: the Shim is invalid at once, and nothing changes on the node', async () => {
   // GIVEN the gVisor payload in an image on the node, pinned by digest (what install mode Jobs installs: shim-lifecycle.test.ts)
   const reference = await importPayloadImage('rcm-agent-gvisor-payload', gvisor.path, '/payload/gvisor.tgz');
   const config = containerdConfig().file;
   const files = listTree(installRoot);
   const containerdPid = cluster.containerd.pid();
-  // WHEN a Shim takes its artifact from it, in install mode NodeAgent
+  const imageShim = { image: { reference, path: '/payload/gvisor.tgz', sha256: gvisor.sha256 }, ...GVISOR_PAYLOAD };
+  // WHEN the app adds a Shim that takes its artifact from it THEN synth refuses it, naming the field
+  expect(() => applyApp(true, { [IMAGE]: imageShim })).toThrow(`addShim("${IMAGE}"): image: install mode NodeAgent fetches artifacts over HTTP(S) only`);
+  // WHEN the Shim is applied on its own (kubectl, another app), in install mode NodeAgent
   const appliedAt = Date.now();
-  applyApp(true, { [IMAGE]: { image: { reference, path: '/payload/gvisor.tgz', sha256: gvisor.sha256 }, ...GVISOR_PAYLOAD } });
-  // THEN the Shim is Degraded, and its status names the reason and what to do
+  applyShimAlone(IMAGE, imageShim);
+  // THEN the controller marks it invalid, on its first pass, with the reason and what to do
   const degraded = await eventually(async () => {
     const s = await getShim(IMAGE);
     return condition(s, 'Degraded')?.status === 'True' ? s : undefined;
   }, 120_000, diagnostics);
-  process.stdout.write(`node agent e2e: an artifact in an image, Degraded after ${((Date.now() - appliedAt) / 1000).toFixed(1)} s and `
-    + `${degraded.status.failedNodes?.[0]?.attempts} attempt(s): ${condition(degraded, 'Degraded').message}\n`);
-  expect(condition(degraded, 'Degraded')).toMatchObject({ reason: 'InstallFailed', message: expect.stringContaining('ImageArtifactNeedsJobs') });
+  process.stdout.write(`node agent e2e: an artifact in an image, invalid after ${((Date.now() - appliedAt) / 1000).toFixed(1)} s: ${condition(degraded, 'Degraded').message}\n`);
+  expect(condition(degraded, 'Degraded')).toMatchObject({ reason: 'InvalidShim', message: expect.stringContaining('ImageArtifactNeedsJobs') });
   expect(condition(degraded, 'Degraded').message).toContain('use install mode Jobs');
   expect(condition(degraded, 'Ready').status).toBe('False');
-  expect(degraded.status).toMatchObject({ nodesFailed: 1, nodesReady: 0, failedNodes: [expect.objectContaining({ reason: 'ImageArtifactNeedsJobs' })] });
+  expect(degraded.status.nodesFailed ?? 0).toBe(0);
+  // AND no request was ever admitted on the node
+  expect(Object.keys(await nodeAnnotations()).filter(k => k.startsWith(`${IMAGE}.`))).toEqual([]);
   // AND nothing changed on the node: no gate, the same config and files, no containerd restart, no Job
   expect((await nodeLabels())[ShimNodeLabels.handlerKey(IMAGE)]).toBeUndefined();
   expect(containerdConfig().file).toBe(config);

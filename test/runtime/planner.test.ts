@@ -850,6 +850,24 @@ describe('per-platform artifacts and validity', () => {
     expect(condition(status, 'Degraded')).toMatchObject({ status: 'True', reason: 'InvalidShim', message: expect.stringMatching(message) });
   });
 
+  test('install mode NodeAgent: an artifact in an image is invalid at once (no request on any node); in install mode Jobs it is installed', () => {
+    // GIVEN a Shim whose artifact is in an image, and a node already serving another revision of it
+    const image = { reference: 'r.io/x@sha256:' + 'd'.repeat(64), path: '/payload.tgz', sha256: 'd'.repeat(64) };
+    const s = shim({ fetchStrategy: { image } });
+    const nodes = [installed('x', shim()), node('y')];
+    // WHEN the controller runs in install mode NodeAgent
+    const { actions, status } = run({ shim: s, nodes, installMode: 'agent' });
+    // THEN nothing is admitted, nothing taken away, and the Shim says why and what to do
+    expect(kinds(actions, 'createJob')).toEqual([]);
+    expect(kinds(actions, 'writeNode')).toEqual([]);
+    const message = /^fetchStrategy.image: ImageArtifactNeedsJobs: install mode NodeAgent fetches artifacts over HTTP\(S\) only .*use install mode Jobs/;
+    expect(kinds(actions, 'event')[0]).toMatchObject({ type: 'Warning', reason: 'InvalidShim', message: expect.stringMatching(message) });
+    expect(condition(status, 'Degraded')).toMatchObject({ status: 'True', reason: 'InvalidShim', message: expect.stringMatching(message) });
+    // AND in install mode Jobs (the default) the same Shim is installed
+    expect(created(run({ shim: s, nodes: [node('y')], installMode: 'jobs' }).actions)).toEqual(['y:install:spin']);
+    expect(created(run({ shim: s, nodes: [node('y')] }).actions)).toEqual(['y:install:spin']);
+  });
+
   test('an invalid Shim leaves its nodes serving (no gate is taken away by a typo)', () => {
     const s = shim();
     const typo = shim({ runtimeClass: { name: 'spin', handler: 'Bad_Handler' } });

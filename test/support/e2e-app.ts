@@ -181,6 +181,16 @@ export function apply(shims: Record<string, AppShim>, workloads?: AppWorkloads):
   }
 }
 
+/**
+ * A Shim applied on its own, not through the manager's `addShim()` (as by kubectl, or from
+ * another app): for what the manager refuses at synth and the controller must refuse too.
+ */
+export function applyShimAlone(name: string, props: AppShim): void {
+  const app = new App();
+  new ShimConstruct(new Chart(app, 'alone'), name, { handler: name, allowInsecureHttp: true, ...props });
+  bed().cluster.controlPlane.kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', '-'], { input: app.synthYaml() });
+}
+
 export function applyObject(object: object): void {
   bed().cluster.controlPlane.kubectl(['apply', '-f', '-'], { input: JSON.stringify(object) });
 }
@@ -243,6 +253,10 @@ export async function readyOnTheNode(name: string): Promise<any> {
 
 export async function nodeLabels(): Promise<Record<string, string>> {
   return (await bed().api.get(`/api/v1/nodes/${bed().cluster.nodeName}`)).metadata.labels ?? {};
+}
+
+export async function nodeAnnotations(): Promise<Record<string, string>> {
+  return (await bed().api.get(`/api/v1/nodes/${bed().cluster.nodeName}`)).metadata.annotations ?? {};
 }
 
 /** containerd's configuration: the file, and what containerd makes of it. */
