@@ -62,6 +62,13 @@ const project = new cdk8s.ConstructLibraryCdk8s({
   // the label scheme and the shape checks are the constructs' too (and so compiled by jsii).
   excludeTypescript: ['src/runtime/**', 'src/installer/**', 'src/agent/**', 'src/shared/log.ts', 'src/shared/flags.ts', 'src/shared/kube/**'],
 
+  // The constructs build their objects with cdk8s-plus-28 (issue 25). A plain dependency, not a
+  // peer: no cdk8s-plus type is part of this library's API (jsii asks for a peer dependency only
+  // for exposed types), so a user's app needs nothing of it and keeps its own cdk8s-plus-NN
+  // (a fresh `cdk8s init` app has cdk8s-plus-33); npm installs it beside the app's cdk8s, which
+  // it shares (cdk8s and constructs are its peer dependencies), and the jsii targets name it as
+  // an ordinary dependency (PyPI, Maven, NuGet and Go all publish cdk8s-plus-28).
+  deps: ['cdk8s-plus-28@^2.5.6'],
   devDeps: [
     'cdk8s-cli@^2.200.0',
     'esbuild@^0.25.0',

@@ -1,5 +1,6 @@
 import * as fs from 'fs';
-import { ApiObject, Chart, Duration, Lazy } from 'cdk8s';
+import { ApiObject, ApiObjectMetadata, Chart, Duration, Lazy } from 'cdk8s';
+import * as plus from 'cdk8s-plus-28';
 import { Construct } from 'constructs';
 import { ArgoCd, SyncWaves } from './argo-cd';
 import { InstallMode } from './install-mode';
@@ -451,15 +452,13 @@ export class RuntimeClassManager extends Construct {
 
     const wave = (w: number | undefined) => ({ ...this.annotations, [ArgoCd.SYNC_WAVE_ANNOTATION]: String(w) });
     if (props.createNamespace ?? true) {
-      const namespace = (objectId: string, name: string, level: string) => clusterScoped(new ApiObject(this, objectId, {
-        apiVersion: 'v1',
-        kind: 'Namespace',
+      const namespace = (objectId: string, name: string, level: string) => clusterScoped(ApiObject.of(new plus.Namespace(this, objectId, {
         metadata: {
           name,
           labels: { ...this.labels, ...COMMON_LABELS, 'pod-security.kubernetes.io/enforce': level },
           annotations: wave(this.syncWaves.namespace),
         },
-      }));
+      })));
       // Installer pods are privileged by design (they edit the node's containerd).
       namespace('Namespace', this.namespace, separate ? 'restricted' : 'privileged');
       if (separate) namespace('InstallerNamespace', this.installerNamespace, 'privileged');
@@ -481,41 +480,32 @@ export class RuntimeClassManager extends Construct {
       return o;
     };
 
-    object('ServiceAccount', true, {
-      apiVersion: 'v1',
-      kind: 'ServiceAccount',
-      metadata: controllerMeta(NAME, true),
-    });
+    // The controller reads the API with its token (cdk8s-plus's default is not to mount it).
+    const serviceAccount = new plus.ServiceAccount(this, 'ServiceAccount', { metadata: controllerMeta(NAME, true), automountToken: true });
+    // An ApiObject: cdk8s-plus renders one rule per API group and resource, which would split the events rule ('' and events.k8s.io) in two.
     object('ClusterRole', false, {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRole',
       metadata: controllerMeta(NAME, false),
       rules: CLUSTER_RULES,
     });
-    object('ClusterRoleBinding', false, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRoleBinding',
-      metadata: controllerMeta(NAME, false),
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: NAME },
-      subjects: [{ kind: 'ServiceAccount', name: NAME, namespace: this.namespace }],
-    });
+    const clusterRole = plus.ClusterRole.fromClusterRoleName(this, 'ClusterRoleName', NAME);
+    bindCluster(this, 'ClusterRoleBinding', controllerMeta(NAME, false), clusterRole, serviceAccount);
     // Jobs and pods where the installers run, the Lease where the controller runs.
-    const roles: [string, string, string, any[]][] = separate
+    const roles: [string, string, string, Rule[]][] = separate
       ? [['', NAME, this.namespace, [LEASE_RULE]], ['Installer', `${NAME}-installers`, this.installerNamespace, INSTALLER_RULES]]
       : [['', NAME, this.namespace, [...INSTALLER_RULES, LEASE_RULE]]];
     for (const [prefix, name, namespace, rules] of roles) {
       const metadata = { ...controllerMeta(name, true), namespace };
-      object(`${prefix}Role`, true, { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata, rules });
-      object(`${prefix}RoleBinding`, true, {
-        apiVersion: 'rbac.authorization.k8s.io/v1',
-        kind: 'RoleBinding',
+      const role = new plus.Role(this, `${prefix}Role`, {
         metadata,
-        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name },
-        subjects: [{ kind: 'ServiceAccount', name: NAME, namespace: this.namespace }],
+        rules: rules.map(r => ({ verbs: r.verbs, resources: [apiResource(r)] })),
       });
+      new plus.RoleBinding(this, `${prefix}RoleBinding`, { metadata, role }).addSubjects(serviceAccount);
     }
     // Roles for people: reading Shims joins the cluster's `view` role; writing them is root on
     // every selected node, so the editor role is only ever bound on purpose.
+    // An ApiObject: cdk8s-plus renders one rule per resource, which would split the rule on shims and shims/status in two.
     object('ShimViewerRole', false, {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'ClusterRole',
@@ -530,15 +520,10 @@ export class RuntimeClassManager extends Construct {
       },
       rules: [{ apiGroups: ['runtime.spinkube.dev'], resources: ['shims', 'shims/status'], verbs: ['get', 'list', 'watch'] }],
     });
-    object('ShimEditorRole', false, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: controllerMeta('rcm-shim-editor', false),
-      rules: [
-        { apiGroups: ['runtime.spinkube.dev'], resources: ['shims'], verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'] },
-        { apiGroups: ['runtime.spinkube.dev'], resources: ['shims/status'], verbs: ['get', 'list', 'watch'] },
-      ],
-    });
+    clusterRoleOf(this, 'ShimEditorRole', controllerMeta('rcm-shim-editor', false), [
+      { apiGroup: 'runtime.spinkube.dev', resource: 'shims', verbs: ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete'] },
+      { apiGroup: 'runtime.spinkube.dev', resource: 'shims/status', verbs: ['get', 'list', 'watch'] },
+    ]);
 
     const pullPolicy = props.imagePullPolicy ?? PullPolicy.IF_NOT_PRESENT;
     const staticArgs = [
@@ -567,6 +552,9 @@ export class RuntimeClassManager extends Construct {
     const args = () => [...staticArgs, ...[...this.pullSecrets].sort().map(name => `--installer-image-pull-secret=${name}`)];
     const podLabels = { ...this.labels, ...CONTROLLER_LABELS };
     const spread = replicas > 1;
+    // An ApiObject: a cdk8s-plus Deployment selects on a `cdk8s.io/metadata.addr` label by default, and a
+    // selector is immutable (the upgrade of an existing install would be refused); and the pod needs what
+    // cdk8s-plus-28 does not expose: priorityClassName, topologySpreadConstraints, `affinity` as given, probes on a named port.
     this.deployment = object('Deployment', true, {
       apiVersion: 'apps/v1',
       kind: 'Deployment',
@@ -638,6 +626,7 @@ export class RuntimeClassManager extends Construct {
       },
     });
 
+    // An ApiObject: the port targets the container port by name ('metrics'), and cdk8s-plus's targetPort is a number.
     this.metricsService = object('MetricsService', true, {
       apiVersion: 'v1',
       kind: 'Service',
@@ -652,6 +641,7 @@ export class RuntimeClassManager extends Construct {
       },
     });
     if (props.serviceMonitor ?? false) {
+      // An ApiObject: a Prometheus Operator custom resource, which cdk8s-plus does not cover.
       object('ServiceMonitor', true, {
         apiVersion: 'monitoring.coreos.com/v1',
         kind: 'ServiceMonitor',
@@ -668,6 +658,7 @@ export class RuntimeClassManager extends Construct {
       });
     }
     if (props.podDisruptionBudget ?? spread) {
+      // An ApiObject: cdk8s-plus has no PodDisruptionBudget construct.
       object('PodDisruptionBudget', true, {
         apiVersion: 'policy/v1',
         kind: 'PodDisruptionBudget',
@@ -676,6 +667,7 @@ export class RuntimeClassManager extends Construct {
       });
     }
     if (props.networkPolicy ?? true) {
+      // An ApiObject: cdk8s-plus's rules always name a peer, and these allow ports from and to any peer (no from/to).
       object('NetworkPolicy', true, {
         apiVersion: 'networking.k8s.io/v1',
         kind: 'NetworkPolicy',
@@ -727,22 +719,16 @@ export class RuntimeClassManager extends Construct {
       labels: { ...this.labels, ...selector },
       annotations,
     });
-    object('NodeAgentServiceAccount', true, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: metadata(true) });
+    // The agent patches its Node with its token (cdk8s-plus's default is not to mount it).
+    const serviceAccount = new plus.ServiceAccount(this, 'NodeAgentServiceAccount', { metadata: metadata(true), automountToken: true });
     // RBAC cannot narrow this to the agent's own node (see the operator docs for the admission
     // policy that can on Kubernetes 1.30+): it reads its node's requests and writes its results.
-    object('NodeAgentClusterRole', false, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRole',
-      metadata: metadata(false),
-      rules: [{ apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] }],
-    });
-    object('NodeAgentClusterRoleBinding', false, {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRoleBinding',
-      metadata: metadata(false),
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name },
-      subjects: [{ kind: 'ServiceAccount', name, namespace: this.installerNamespace }],
-    });
+    const clusterRole = clusterRoleOf(this, 'NodeAgentClusterRole', metadata(false),
+      [{ apiGroup: '', resource: 'nodes', verbs: ['get', 'list', 'watch', 'patch'] }]);
+    bindCluster(this, 'NodeAgentClusterRoleBinding', metadata(false), clusterRole, serviceAccount);
+    // An ApiObject: a cdk8s-plus DaemonSet selects on a `cdk8s.io/metadata.addr` label by default (a selector is
+    // immutable: the upgrade of an existing install would be refused), and the host pod needs what cdk8s-plus-28
+    // does not expose: hostPID, priorityClassName, enableServiceLinks.
     return object('NodeAgent', true, {
       apiVersion: 'apps/v1',
       kind: 'DaemonSet',
@@ -860,12 +846,37 @@ const CLUSTER_RULES = [
   // Events about a cluster-scoped Shim go to the default namespace.
   { apiGroups: ['', 'events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] },
 ];
-const INSTALLER_RULES = [
+
+/** An RBAC rule as cdk8s-plus renders it: one API group ('' for the core group) and one resource. */
+interface Rule {
+  readonly apiGroup: string;
+  readonly resource: string;
+  readonly verbs: string[];
+}
+const INSTALLER_RULES: Rule[] = [
   // deletecollection: succeeded Jobs go in one request per pass, not one per node.
-  { apiGroups: ['batch'], resources: ['jobs'], verbs: ['get', 'list', 'watch', 'create', 'delete', 'deletecollection'] },
-  { apiGroups: [''], resources: ['pods'], verbs: ['get', 'list', 'watch'] },
+  { apiGroup: 'batch', resource: 'jobs', verbs: ['get', 'list', 'watch', 'create', 'delete', 'deletecollection'] },
+  { apiGroup: '', resource: 'pods', verbs: ['get', 'list', 'watch'] },
 ];
-const LEASE_RULE = { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'list', 'watch', 'create', 'update'] };
+const LEASE_RULE: Rule = { apiGroup: 'coordination.k8s.io', resource: 'leases', verbs: ['get', 'list', 'watch', 'create', 'update'] };
+
+function apiResource(rule: Rule): plus.ApiResource {
+  return plus.ApiResource.custom({ apiGroup: rule.apiGroup, resourceType: rule.resource });
+}
+
+/** A cluster-scoped ClusterRole with these rules. */
+function clusterRoleOf(scope: Construct, id: string, metadata: ApiObjectMetadata, rules: Rule[]): plus.ClusterRole {
+  const role = new plus.ClusterRole(scope, id, { metadata, rules: rules.map(r => ({ verbs: r.verbs, endpoints: [apiResource(r)] })) });
+  clusterScoped(ApiObject.of(role));
+  return role;
+}
+
+/** A cluster-scoped ClusterRoleBinding of `role` to `serviceAccount`. */
+function bindCluster(scope: Construct, id: string, metadata: ApiObjectMetadata, role: plus.IClusterRole, serviceAccount: plus.ServiceAccount): void {
+  const binding = new plus.ClusterRoleBinding(scope, id, { metadata, role });
+  binding.addSubjects(serviceAccount);
+  clusterScoped(ApiObject.of(binding));
+}
 
 function validateProps(namespace: string, replicas: number, leaderElection: boolean,
   metricsPort: number, probePort: number, jobTtl: Duration): void {

@@ -30,6 +30,7 @@ export class ShimDefinition extends Construct {
   constructor(scope: Construct, id: string) {
     super(scope, id);
     const [crd] = Yaml.load(ShimDefinition.file);
+    // An ApiObject: the CRD exactly as its file says, and cdk8s-plus has no CustomResourceDefinition construct.
     this.resource = new ApiObject(this, 'Resource', crd);
   }
 }

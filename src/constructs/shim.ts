@@ -298,6 +298,7 @@ export class ShimConstruct extends Construct {
       containerdRuntimeOptions: props.runtimeOptions,
       restart: props.restart?._toKube() as any,
     };
+    // The class generated from the CRD (imports/): cdk8s-plus knows only built-in kinds.
     this.resource = new Shim(this, 'Resource', {
       metadata: {
         name: this.name,
@@ -317,6 +318,7 @@ export class ShimConstruct extends Construct {
     // By default the controller alone writes the RuntimeClass: it can replace it on a handler
     // change, which an apply of a synthesized one cannot (its handler is immutable).
     if (props.createRuntimeClass ?? false) {
+      // An ApiObject: cdk8s-plus has no RuntimeClass construct.
       this.runtimeClass = new ApiObject(this, 'RuntimeClass', {
         apiVersion: 'node.k8s.io/v1',
         kind: 'RuntimeClass',

@@ -50,7 +50,8 @@ describe('installMode', () => {
       resources: { requests: { cpu: '10m', memory: '96Mi' }, limits: { cpu: '500m', memory: '512Mi' } },
     });
     // AND the agent may read and patch nodes, nothing else
-    expect(find('ClusterRole', 'rcm-node-agent').rules).toEqual([{ apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] }]);
+    // (resourceNames: [] is cdk8s-plus's ClusterRole: no names, every node)
+    expect(find('ClusterRole', 'rcm-node-agent').rules).toEqual([{ apiGroups: [''], resources: ['nodes'], resourceNames: [], verbs: ['get', 'list', 'watch', 'patch'] }]);
     expect(manager.nodeAgent).toBeDefined();
   });
 

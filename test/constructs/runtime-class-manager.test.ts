@@ -148,7 +148,7 @@ describe('RuntimeClassManager', () => {
     ]);
     expect(container.resources).toEqual({ requests: { cpu: '50m', memory: '128Mi' }, limits: { cpu: '1', memory: '1Gi' } });
     expect(deployment.spec.template.spec.affinity).toBeUndefined();
-    expect(byKind('RoleBinding')[0].subjects).toEqual([{ kind: 'ServiceAccount', name: 'rcm-controller', namespace: 'rcm' }]);
+    expect(byKind('RoleBinding')[0].subjects).toEqual([{ apiGroup: '', kind: 'ServiceAccount', name: 'rcm-controller', namespace: 'rcm' }]);
   });
 
   test('private registries: a registry override, a tag, and pull secrets for the controller and the installer Jobs', () => {
@@ -302,7 +302,7 @@ describe('RuntimeClassManager', () => {
     // AND the controller may handle Jobs and pods only there, and its Lease only at home
     const roles = Object.fromEntries(byKind('Role').map((r: any) => [r.metadata.namespace, r.rules.flatMap((rule: any) => rule.resources)]));
     expect(roles).toEqual({ 'runtime-class-manager': ['leases'], 'rcm-installers': ['jobs', 'pods'] });
-    for (const b of byKind('RoleBinding')) expect(b.subjects).toEqual([{ kind: 'ServiceAccount', name: 'rcm-controller', namespace: 'runtime-class-manager' }]);
+    for (const b of byKind('RoleBinding')) expect(b.subjects).toEqual([{ apiGroup: '', kind: 'ServiceAccount', name: 'rcm-controller', namespace: 'runtime-class-manager' }]);
     expect(deployment.spec.template.spec.containers[0].args.slice(0, 2)).toEqual(['--namespace=runtime-class-manager', '--installer-namespace=rcm-installers']);
     expect(manager.installerNamespace).toBe('rcm-installers');
     // AND by default one namespace, no flag
