@@ -36,13 +36,23 @@ interface NodeState {
 const HANDLER_LABEL = `.${ShimNodeLabels.DOMAIN}/handler`;
 
 /**
- * Requests are started together once none came for this long (ms). The installers then need
- * no gather window of their own (the agent passes --set-gather=0): they all announce
- * themselves at once, and the last to write its change restarts containerd for all.
+ * Requests are started together once none came for a while: the installers then need no
+ * gather window of their own (the agent passes --set-gather=0): they all announce themselves
+ * at once, and the last to write its change restarts containerd for all. The controller
+ * admits the requests one change causes (Shims deleted together, the gates a drift check
+ * dropped) within one pass interval of each other (the request says it: passIntervalMs), so
+ * the agent waits that long and GATHER_MARGIN_MS more after the last; at most twice that (and
+ * GATHER_MAX_EXTRA_MS) after the first, so that a steady trickle does not hold them for ever.
  */
-const GATHER_QUIET_MS = 500;
-/** ... and at most this long after the first of them. */
-const GATHER_MAX_MS = 3000;
+export function gatherWindow(passIntervalMs: number | undefined): { quietMs: number; maxMs: number } {
+  const quietMs = Math.max(passIntervalMs ?? DEFAULT_PASS_INTERVAL_MS, 0) + GATHER_MARGIN_MS;
+  return { quietMs, maxMs: 2 * quietMs + GATHER_MAX_EXTRA_MS };
+}
+/** What a controller that does not say its pass interval is assumed to use (its least). */
+const DEFAULT_PASS_INTERVAL_MS = 1000;
+/** A reconcile's own time, on a loaded controller, beyond the pass interval. */
+const GATHER_MARGIN_MS = 500;
+const GATHER_MAX_EXTRA_MS = 1000;
 
 /**
  * One installer run in this process (no process start, as a Job's pod has): `argv` is the
@@ -131,12 +141,14 @@ export class NodeAgent {
       added = true;
     }
     if (!added) return;
-    // The controller admits a node's operations of several Shims one reconcile apart, a few
-    // milliseconds to a second: they are started together once no new one came for
-    // GATHER_QUIET_MS (at most GATHER_MAX_MS after the first), so that they make one change set.
+    // The controller admits a node's operations of several Shims up to a pass interval apart:
+    // they are started together once no new one came for the gather window, so that they make
+    // one change set (one containerd restart).
     this.firstArrival ??= Date.now();
     if (this.gatherTimer) clearTimeout(this.gatherTimer);
-    const wait = Math.max(0, Math.min(GATHER_QUIET_MS, this.firstArrival + GATHER_MAX_MS - Date.now()));
+    const interval = Math.max(...[...this.arriving.values()].map(a => a.admitted.passIntervalMs ?? DEFAULT_PASS_INTERVAL_MS));
+    const { quietMs, maxMs } = gatherWindow(interval);
+    const wait = Math.max(0, Math.min(quietMs, this.firstArrival + maxMs - Date.now()));
     this.gatherTimer = setTimeout(() => this.startArrived(), wait);
   }
 
@@ -257,6 +269,7 @@ export class NodeAgent {
     const node = this.node;
     if (!node || this.stopped) return;
     const gates = Object.entries(node.labels).filter(([k]) => k.endsWith(HANDLER_LABEL));
+    const drifted: { shim: string; handler: string }[] = [];
     for (const [key, handler] of gates) {
       // A request of this handler without its outcome yet: the node is changing on purpose.
       if (requestsOn(node.annotations).some(r => r.admitted.handler === handler && (!r.result || r.result.phase === 'running'))) continue;
@@ -270,27 +283,33 @@ export class NodeAgent {
       }
       const shim = key.slice(0, -HANDLER_LABEL.length);
       this.log.warn(`drift: ${problem}; the gate goes and the controller installs ${handler} again`, { shim, handler });
-      await this.dropGate(shim, handler).catch(e => this.log.error('could not take the gate away', { shim, handler, error: (e as Error).message }));
+      drifted.push({ shim, handler });
     }
+    if (drifted.length === 0) return;
+    // One patch for all: every Shim concerned then sees the same node event, and the controller
+    // admits their repairs together (one change set, one containerd start), not a gate apart.
+    await this.dropGates(drifted).catch(e => this.log.error('could not take the gates away', { handlers: drifted.map(d => d.handler), error: (e as Error).message }));
   }
 
-  /** Removes a Shim's gate label on this node and the handler's entry from its record, in one patch. */
-  private async dropGate(shim: string, handler: string): Promise<void> {
-    const installedKey = ShimNodeLabels.installedKey(shim);
-    let entries: any[] = [];
-    try {
-      entries = JSON.parse(this.node?.annotations[installedKey] ?? '[]');
-    } catch {
-      entries = [];
+  /** Removes these Shims' gate labels on this node and their handlers' entries from their records, in one patch. */
+  private async dropGates(drifted: readonly { shim: string; handler: string }[]): Promise<void> {
+    const labels: Record<string, null> = {};
+    const annotations: Record<string, string | null> = {};
+    for (const { shim, handler } of drifted) {
+      const installedKey = ShimNodeLabels.installedKey(shim);
+      let entries: any[] = [];
+      try {
+        entries = JSON.parse(this.node?.annotations[installedKey] ?? '[]');
+      } catch {
+        entries = [];
+      }
+      const kept = Array.isArray(entries) ? entries.filter(e => e?.handler !== handler) : [];
+      labels[ShimNodeLabels.handlerKey(shim)] = null;
+      labels[ShimNodeLabels.stateKey(shim)] = null;
+      annotations[installedKey] = kept.length > 0 ? JSON.stringify(kept) : null;
     }
-    const kept = Array.isArray(entries) ? entries.filter(e => e?.handler !== handler) : [];
     try {
-      await this.kube.mergePatch(this.nodePath, {
-        metadata: {
-          labels: { [ShimNodeLabels.handlerKey(shim)]: null, [ShimNodeLabels.stateKey(shim)]: null },
-          annotations: { [installedKey]: kept.length > 0 ? JSON.stringify(kept) : null },
-        },
-      });
+      await this.kube.mergePatch(this.nodePath, { metadata: { labels, annotations } });
     } catch (e) {
       if (!isNotFound(e)) throw e;
     }

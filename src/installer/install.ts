@@ -327,7 +327,7 @@ export class Installer {
       await ahead; // it only reads (its candidate file is gone again), whatever it found
       fetched = unwrap(got);
     } else if (scratch !== undefined && !this.upToDate(layout)) {
-      fetched = await this.fetchArtifact(scratch);
+      fetched = this.installedCopy(this.readState()) ?? await this.fetchArtifact(scratch);
     }
     unwrap(await unitChecked);
     const waiters = new LockWaiters(lock, this.log);
@@ -405,6 +405,34 @@ export class Installer {
     return !!state && this.o.sha256 === state.sha256 && this.intact(state, layout);
   }
 
+  /**
+   * The artifact asked for, as this handler's installed version holds it, when that is intact
+   * (the binary and payload hash to what the state recorded when they were written from a
+   * verified download): a repair whose config entry went (rewritten by cloud-init, Ansible, an
+   * admin) writes the entry again without downloading the artifact again. Undefined otherwise:
+   * then it is downloaded and checked as for a first install.
+   */
+  private installedCopy(state: InstallState | undefined): Fetched | undefined {
+    const o = this.o;
+    if (!state || !o.sha256 || state.sha256 !== o.sha256 || state.binarySha256 === undefined) return undefined;
+    if (o.artifactFile !== undefined || (o.payloadShim !== undefined) !== (state.payloadDir !== undefined)) return undefined;
+    const name = path.basename(state.binary);
+    if (this.versionPaths(state.sha256, name).binary !== state.binary) return undefined; // another install root or layout
+    const binaryOnHost = onHost(o, state.binary);
+    if (!fs.existsSync(binaryOnHost) || sha256Of(binaryOnHost) !== state.binarySha256) return undefined;
+    let payload: Fetched['payload'];
+    if (state.payloadDir) {
+      const dir = onHost(o, state.payloadDir);
+      if (!state.payloadDigest || !fs.existsSync(dir) || treeDigest(dir) !== state.payloadDigest) return undefined;
+      payload = { dir, digest: state.payloadDigest };
+    }
+    const url = artifactFor(o);
+    this.log.info('the installed copy of the artifact is intact: it is not downloaded again', { url, sha256: state.sha256, binary: state.binary });
+    const apiVersion = Number(/-v(\d+)$/.exec(name)?.[1] ?? 2);
+    const shim = { file: binaryOnHost, name, apiVersion, sha256: state.binarySha256 };
+    return { url, sha256: state.sha256, binarySha256: state.binarySha256, shim, ...(payload ? { payload } : {}) };
+  }
+
   /** Downloads, checks and unpacks the artifact in the installer's own file system: the host sees none of it. */
   private async fetchArtifact(scratch: string): Promise<Fetched> {
     const o = this.o;
@@ -459,7 +487,7 @@ export class Installer {
     const inPlace = (s: InstallState) => (this.replacedContainerd(s) ? this.verifyWithNewContainerd(base, layout, s) : unchanged(s));
     if (state && o.sha256 === state.sha256 && this.intact(state, layout)) return inPlace(state);
     // Only when the record changed while this installer waited for the lock is it fetched here.
-    const fetched = prefetched ?? await this.fetchArtifact(scratch);
+    const fetched = prefetched ?? this.installedCopy(state) ?? await this.fetchArtifact(scratch);
     const { url, shim } = fetched;
     if (state && fetched.sha256 === state.sha256 && this.intact(state, layout)) return inPlace(state);
 

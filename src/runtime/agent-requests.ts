@@ -63,8 +63,12 @@ export function agentJobViews(nodes: readonly NodeView[], nowMs: number): JobVie
   return views;
 }
 
-/** The node patch that admits an operation: the request, and no result of an earlier one. */
-export function admitPatch(settings: JobSettings, shim: ShimObject, job: JobRequest, now: string): Record<string, string | null> {
+/**
+ * The node patch that admits an operation: the request, and no result of an earlier one.
+ * `passIntervalMs`: the least time between two passes of one Shim (see AdmittedRequest).
+ */
+export function admitPatch(settings: JobSettings, shim: ShimObject, job: JobRequest, now: string,
+  passIntervalMs?: number): Record<string, string | null> {
   const admitted: AdmittedRequest = {
     name: job.name,
     shimUid: shim.metadata.uid,
@@ -75,6 +79,7 @@ export function admitPatch(settings: JobSettings, shim: ShimObject, job: JobRequ
     batch: job.batch,
     ...(job.artifact?.sha256 ? { sha256: job.artifact.sha256 } : {}),
     createdAt: now,
+    ...(passIntervalMs !== undefined ? { passIntervalMs } : {}),
     request: installerRequest(settings, shim, job),
   };
   return { [requestKey(shim.metadata.name)]: JSON.stringify(admitted), [resultKey(shim.metadata.name)]: null };

@@ -35,7 +35,7 @@ export class Controller {
    * a pass costs time in proportion to the fleet, and events in between are handled by the
    * next pass anyway.
    */
-  readonly queue = new WorkQueue(200, 60_000, () => Math.max(1000, this.nodes?.size ?? 0));
+  readonly queue = new WorkQueue(200, 60_000, () => this.passIntervalMs());
   private shims!: Informer<ShimObject>;
   private nodes!: Informer<NodeView>;
   private jobs?: Informer<SlimJob>;
@@ -60,6 +60,14 @@ export class Controller {
 
   constructor(private readonly kube: Kube, private readonly settings: ControllerSettings,
     private readonly log: Logger, private readonly metrics: Metrics) {}
+
+  /**
+   * The least time between two passes of one Shim. The node agents learn it from each request:
+   * a node's requests of several Shims, caused by one change, arrive at most this far apart.
+   */
+  private passIntervalMs(): number {
+    return Math.max(1000, this.nodes?.size ?? 0);
+  }
 
   get ready(): boolean {
     return this.synced;
@@ -344,7 +352,7 @@ export class Controller {
       }
       case 'createJob': {
         if (this.agentMode) {
-          await this.kube.mergePatch(`/api/v1/nodes/${action.job.node}`, { metadata: { annotations: admitPatch(this.settings, shim, action.job, new Date().toISOString()) } });
+          await this.kube.mergePatch(`/api/v1/nodes/${action.job.node}`, { metadata: { annotations: admitPatch(this.settings, shim, action.job, new Date().toISOString(), this.passIntervalMs()) } });
         } else {
           try {
             await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, installerJob(this.settings, shim, action.job));

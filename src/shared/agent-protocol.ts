@@ -24,6 +24,14 @@ export interface AdmittedRequest {
   readonly batch: string;
   readonly sha256?: string;
   readonly createdAt: string;
+  /**
+   * The least time between two passes of one Shim in the controller that admitted it (one
+   * second per thousand nodes, at least one). One change on a node (Shims deleted at once, the
+   * gates a drift check dropped) makes every Shim concerned admit its request within that
+   * interval of it, so the agent waits that long for more before it starts a change set.
+   * Absent from controllers before it was added: the agent then waits its default.
+   */
+  readonly passIntervalMs?: number;
   readonly request: InstallerRequest;
 }
 

@@ -4,7 +4,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, publishShim, runBundle, sha256, shimBinary, startArtifactServer } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
 
 // The installed binary is what was verified, byte for byte, and on disk before the config
 // names it. strace is the oracle of what reaches the disk (which files and folders are
@@ -16,11 +16,20 @@ let bundle: string;
 let server: ArtifactServer;
 let host: FakeHost;
 let artifact: { url: string; sha256: string };
+/** Downloads of the artifact, counted by the server. */
+let downloads = 0;
 
 beforeAll(async () => {
   bundle = buildInstaller(work);
   server = await startArtifactServer();
-  artifact = await publishShim(server, work);
+  const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() });
+  artifact = {
+    url: server.handle('shim.tgz', (_req, res) => {
+      downloads++;
+      res.writeHead(200, { 'content-length': tgz.length }).end(tgz);
+    }),
+    sha256: sha256(tgz),
+  };
   host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': CONFIG }, 'while true; do sleep 1; done');
 }, 60_000);
 afterAll(async () => {
@@ -46,9 +55,11 @@ test('a truncated installed binary is found and rewritten, without touching the 
   expect(status.result).toMatchObject({ installed: false, message: expect.stringMatching(/its binary .* is damaged/) });
 
   // WHEN the same install runs again
+  const before = downloads;
   const again = await runBundle(bundle, 'install', args());
 
-  // THEN the binary is the shim again, byte for byte, and nothing else changed
+  // THEN the artifact was downloaded again (the installed copy is no source any more), and the binary is the shim again, byte for byte, and nothing else changed
+  expect(downloads - before).toBe(1);
   expect(again.code).toBe(0);
   expect(again.result.outcome).toBe('installed');
   expect(again.result.changed).toEqual([`repaired ${install.result.paths.binary}`]);
@@ -56,6 +67,40 @@ test('a truncated installed binary is found and rewritten, without touching the 
   expect(config()).toBe(configAfterInstall);
   // AND once whole, the install is a no-op again
   expect((await runBundle(bundle, 'install', args())).result.outcome).toBe('unchanged');
+  expect((await runBundle(bundle, 'uninstall', args())).code).toBe(0);
+}, 60_000);
+
+test('a config rewritten without the handler (cloud-init, Ansible, an admin) is repaired from the intact installed copy: no download', async () => {
+  // GIVEN an installed shim, and then the config written again by someone else, without our handler
+  const install = await runBundle(bundle, 'install', args());
+  expect(install.code).toBe(0);
+  const binary = onHost(install.result.paths.binary);
+  const configAfterInstall = config();
+  fs.writeFileSync(onHost('etc/containerd/config.toml'), CONFIG);
+  const status = await runBundle(bundle, 'status', args());
+  expect(status.result).toMatchObject({ installed: false, message: expect.stringMatching(/does not name .* for it/) });
+
+  // WHEN the same install runs again (what the controller admits after the drift check dropped the gate)
+  const before = downloads;
+  const again = await runBundle(bundle, 'install', args());
+
+  // THEN the handler is in the config again, from the installed binary, which was not downloaded again nor rewritten
+  expect(again.code).toBe(0);
+  expect(again.result.outcome).toBe('installed');
+  expect(downloads - before).toBe(0);
+  expect(again.result.paths.binary).toBe(install.result.paths.binary);
+  expect(again.result.changed.some((c: string) => c.includes(install.result.paths.binary))).toBe(false);
+  expect(hashOf(binary)).toBe(sha256(shimBinary()));
+  expect(config()).toBe(configAfterInstall);
+  expect((await runBundle(bundle, 'status', args())).result.installed).toBe(true);
+
+  // AND with another artifact asked for (a new sha256), the installed copy is no source: it is downloaded (and refused here, the bytes being the old ones)
+  fs.writeFileSync(onHost('etc/containerd/config.toml'), CONFIG);
+  const other = await runBundle(bundle, 'install', args().map(a => (a.startsWith('--sha256=') ? `--sha256=${'0'.repeat(64)}` : a)));
+  expect(downloads - before).toBe(1);
+  expect(other.result).toMatchObject({ outcome: 'failed', reason: 'ChecksumMismatch' });
+  expect(config()).toBe(CONFIG);
+  expect((await runBundle(bundle, 'install', args())).code).toBe(0);
   expect((await runBundle(bundle, 'uninstall', args())).code).toBe(0);
 }, 60_000);
 

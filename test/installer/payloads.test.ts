@@ -221,6 +221,28 @@ describe('a payload of several files', () => {
     await runBundle(installer, 'uninstall', hostArgs());
     expect(tree(path.join(daemon.dir, 'opt', 'rcm', 'payloads'))).toEqual([]);
   });
+
+  test('a config rewritten without the handler is repaired from the intact installed payload: the same config, nothing downloaded or rewritten', async () => {
+    // GIVEN an installed payload, then the config written again without our handler (cloud-init, Ansible, an admin)
+    const before = fs.readFileSync(daemon.config, 'utf8');
+    const first = await runBundle(installer, 'install', [...hostArgs(), ...payloadArgs('payload-v1.tgz')]);
+    expect(first.code).toBe(0);
+    const installed = snapshot();
+    fs.writeFileSync(daemon.config, before);
+    expect((await runBundle(installer, 'status', hostArgs())).result.installed).toBe(false);
+    // WHEN the same install runs again, with the artifact server refusing every download
+    const repair = await runBundle(installer, 'install', [...hostArgs(), ...payloadArgs('payload-v1.tgz').map(a => (a.startsWith('--location=') ? `--location=${server.base}/gone.tgz` : a))]);
+    // THEN the handler is back as it was installed (its config, its payload folder untouched), from the installed copy
+    expect(repair.code).toBe(0);
+    expect(repair.result.outcome).toBe('installed');
+    expect(repair.result.changed.join('\n')).not.toMatch(/payloads\/rcmpayload/);
+    // (a backup of the config it replaced is new: the config changed)
+    const withoutBackups = (t: ReturnType<typeof snapshot>) => ({ ...t, installRoot: t.installRoot.filter(f => !f.startsWith('rcm/backups')) });
+    expect(withoutBackups(snapshot())).toEqual(withoutBackups(installed));
+    expect(dump()).toContain(first.result.paths.binary);
+    await runBundle(installer, 'uninstall', hostArgs());
+    expect(fs.readFileSync(daemon.config, 'utf8')).toBe(before);
+  });
 });
 
 describe('bad payload input changes nothing', () => {
