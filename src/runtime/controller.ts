@@ -1,11 +1,12 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
-import { admitPatch, agentJobViews, withdrawPatch } from './agent-requests';
+import { admitPatch, observeRequests, withdrawPatch } from './agent-requests';
 import { Handlers, Informer } from './informer';
-import { ANNOTATION_SHIM, installerJob, JobSettings, jobView, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
+import { CreatedJob, ObservedJob } from './job-judgement';
+import { ANNOTATION_SHIM, installerJob, JobSettings, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY, observeJob } from './jobs';
 import { Metrics } from './metrics';
-import { FINALIZER, plan } from './planner';
+import { FINALIZER, planPass } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
 import { nodeChangeAffects, SlimJob, slimJob, slimNode, SlimPod, slimPod, slimRuntimeClass, slimShim } from './slim';
@@ -45,15 +46,16 @@ export class Controller {
   private resync?: NodeJS.Timeout;
   /**
    * Jobs this controller deleted that the (separately watched) cache may still show: a node
-   * event can arrive before the Job's delete event.
+   * event can arrive before the Job's delete event. Facts for the planner, which leaves them
+   * out; forgotten when a pass finds them settled, or on the Job's delete event.
    */
   private readonly deletedJobs = new Set<string>();
   /**
-   * Jobs created here that the cache does not show yet (a watch event lags the create): the
-   * next pass must still count them, or it would start the same attempt again and give its
-   * rollout slot to another node. Dropped once the cache has them, or after a minute.
+   * Jobs created here, and when, that the cache may not show yet (a watch event lags the
+   * create): facts for the planner, which counts them (job-judgement.ts); forgotten when a
+   * pass finds them settled.
    */
-  private readonly createdJobs = new Map<string, { view: JobView; at: number }>();
+  private readonly createdJobs = new Map<string, CreatedJob>();
   /** Shims (by uid) whose finished Jobs are being removed by a request still under way. */
   private readonly cleaning = new Set<string>();
   private synced = false;
@@ -189,38 +191,20 @@ export class Controller {
     }
   }
 
-  /** Every installer Job with its own pods (matched by the Job's uid, not its reusable name), judged at `nowMs`. */
-  private jobViews(nowMs: number): JobView[] {
-    if (this.agentMode) return this.withCreated(this.requestViews(nowMs));
+  /** What the caches show of every installer Job, with its own pods (matched by the Job's uid, not its reusable name). */
+  private observedJobs(): ObservedJob[] {
+    if (this.agentMode) return observeRequests(this.nodes.list());
     const podsByJob = new Map<string, any[]>();
     for (const pod of this.pods!.list()) {
       const uid = pod.metadata?.labels?.['controller-uid'] ?? pod.metadata?.labels?.['batch.kubernetes.io/controller-uid'];
       if (uid) podsByJob.set(uid, [...(podsByJob.get(uid) ?? []), pod]);
     }
-    const listed = this.jobs!.list();
-    const views = listed
-      .filter(j => !this.deletedJobs.has(j.metadata.name))
-      .map(j => jobView(j, podsByJob.get(j.metadata.uid) ?? [], nowMs))
-      .filter((j): j is JobView => j !== undefined);
-    return this.withCreated(views, new Set(listed.map(j => j.metadata.name)));
-  }
-
-  /** The requests in the node records (install mode NodeAgent), as Jobs; withdrawn ones the cache still shows are left out. */
-  private requestViews(nowMs: number): JobView[] {
-    const all = agentJobViews(this.nodes.list(), nowMs);
-    const shown = new Set(all.map(v => v.name));
-    // A withdrawal is complete once the cache no longer shows the request.
-    for (const name of this.deletedJobs) if (!shown.has(name)) this.deletedJobs.delete(name);
-    return all.filter(v => !this.deletedJobs.has(v.name));
-  }
-
-  /** The views, plus what this controller created that the cache does not show yet. */
-  private withCreated(views: JobView[], cached = new Set(views.map(v => v.name))): JobView[] {
-    for (const [name, created] of this.createdJobs) {
-      if (cached.has(name) || Date.now() - created.at > 60_000) this.createdJobs.delete(name);
-      else views.push(created.view);
+    const observed: ObservedJob[] = [];
+    for (const job of this.jobs!.list()) {
+      const facts = observeJob(job, podsByJob.get(job.metadata.uid) ?? []);
+      if (facts) observed.push(facts);
     }
-    return views;
+    return observed;
   }
 
   private runtimeClassViews(shim: ShimObject): RuntimeClassView[] {
@@ -249,20 +233,22 @@ export class Controller {
       this.metrics.forgetShim(name); // gone: its finalizer was released already
       return;
     }
-    // One clock reading per pass: the views and the plan judge time by the same `now`.
-    const nowMs = Date.now();
-    const jobs = this.jobViews(nowMs);
-    this.metrics.observeJobs(jobs);
-    const result = plan({
+    // One clock reading per pass: the planner judges the Jobs and plans by the same `now`.
+    const result = planPass({
       shim,
       nodes: this.nodes.list(),
-      jobs,
+      observed: this.observedJobs(),
+      writes: { created: [...this.createdJobs.values()], deleted: [...this.deletedJobs] },
       otherShims: this.shims.list().filter(s => s.metadata.name !== name),
       runtimeClasses: this.runtimeClassViews(shim),
       retry: this.settings.retry,
-      now: new Date(nowMs).toISOString(),
+      now: new Date().toISOString(),
       installMode: this.settings.installMode,
     });
+    for (const created of result.settled.created) this.createdJobs.delete(created);
+    for (const deleted of result.settled.deleted) this.deletedJobs.delete(deleted);
+    const jobs = result.jobs;
+    this.metrics.observeJobs(jobs);
     const created: JobRequest[] = [];
     try {
       for (const action of this.agentMode ? this.withWithdrawalsMerged(shim, result.actions, jobs) : result.actions) {
@@ -360,11 +346,7 @@ export class Controller {
             if (!isConflictOrExists(e)) throw e;
           }
         }
-        const artifact = action.job.artifact;
-        this.createdJobs.set(action.job.name, {
-          at: Date.now(),
-          view: { ...viewOfRequest(action.job, shim.metadata.uid), ...(artifact?.sha256 ? { sha256: artifact.sha256 } : {}) },
-        });
+        this.createdJobs.set(action.job.name, { job: action.job, shimUid: shim.metadata.uid, at: new Date().toISOString() });
         return;
       }
       case 'deleteJob': {
@@ -459,10 +441,4 @@ export class Controller {
     }
     this.log.info(message, { shim: shim.metadata.name, event: reason, type });
   }
-}
-
-/** A Job just created, as the planner sees it until the cache shows it: running, not started. */
-function viewOfRequest(job: JobRequest, shimUid: string): JobView {
-  const { name, node, operation, handler, revision, attempt, batch } = job;
-  return { name, shimUid, node, operation, handler, revision, attempt, batch, phase: 'running', started: false };
 }

@@ -1,8 +1,10 @@
-// The installer Job for one node and operation, and the way back from a Job to a JobView.
+// The installer Job for one node and operation, and what the caches show of one: the facts
+// that the planner judges (job-judgement.ts).
 // Jobs carry no owner reference: the garbage collector must never delete an uninstall that
 // is restarting containerd (foreground deletion of the Shim would); the planner removes them.
+import { ObservedInstallerJob } from './job-judgement';
 import { runtimeOptionsOf } from './planner';
-import { ImageArtifact, NO_INSTALLER_REPORT, JobRequest, JobView, ShimObject } from './types';
+import { ImageArtifact, JobRequest, ShimObject } from './types';
 import { InstallerRequest, POD_HOST_ROOT, toEnv } from '../shared/installer-contract';
 
 export const MANAGED_BY = 'rcm-controller';
@@ -170,61 +172,28 @@ export function installerRequest(settings: JobSettings, shim: ShimObject, reques
   };
 }
 
-function parseResult(message: string | undefined): JobView['result'] {
-  if (!message) return undefined;
-  try {
-    const r = JSON.parse(message);
-    return { reason: r.reason, message: r.message, outcome: r.outcome };
-  } catch {
-    return { reason: NO_INSTALLER_REPORT, message: message.trim().split('\n').slice(-3).join(' ').slice(0, 500) };
-  }
-}
-
 function podEnded(pod: any): boolean {
   return pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded';
 }
 
-/** A failed Job without the installer's result: why its container did not run, else the Job's own reason. */
-function whyNoResult(failed: any, pods: any[]): string {
-  const waiting = pods.map(p => p.status?.containerStatuses?.[0]?.state?.waiting).find(w => w?.reason);
-  return waiting ? `${waiting.reason}: ${waiting.message ?? ''}`.trim() : `${failed.reason}: ${failed.message}`;
-}
-
-/** How long a failed Job waits for its pod's result (the installer's reason) to arrive. */
-const POD_RESULT_WAIT_MS = 30_000;
-
-/** A Job and its pods as the planner sees them (its own pods: matched by the Job's uid). */
-export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | undefined {
+/**
+ * A Job and its own pods (matched by the Job's uid) as the caches show them: the facts the
+ * planner judges (job-judgement.ts). Undefined for a Job that does not say what it is.
+ */
+export function observeJob(job: any, pods: any[]): ObservedInstallerJob | undefined {
   const a = job.metadata?.annotations ?? {};
   const shimUid = job.metadata?.labels?.[LABEL_SHIM_UID];
   if (!a[ANNOTATION_NODE] || !a[ANNOTATION_OPERATION] || !a[ANNOTATION_HANDLER] || !shimUid) return undefined;
-  const failedCondition = (job.status?.conditions ?? []).find((c: any) => c.type === 'Failed' && c.status === 'True');
-  const succeeded = (job.status?.succeeded ?? 0) > 0;
+  const failed = (job.status?.conditions ?? []).find((c: any) => c.type === 'Failed' && c.status === 'True');
   // The newest terminated container tells why (or what) it ended.
   const terminated = pods
     .map(p => p.status?.containerStatuses?.[0]?.state?.terminated)
     .filter(Boolean)
     .sort((x: any, y: any) => String(x.finishedAt ?? '').localeCompare(String(y.finishedAt ?? '')));
   const last = terminated[terminated.length - 1];
-  // The Job and its pod are watched apart: a failure is judged once the pod's result (the
-  // installer's reason) has arrived too, unless there is no pod to wait for.
-  // A pod's status may reach the (separately watched) pod cache after the Job's failure:
-  // give it a moment before judging without one.
-  // A pod the cache still shows running will bring its result; one that ended without a
-  // terminated container (its container was never created: CreateContainerError while
-  // containerd restarted) has none to bring. Either way the wait is bounded.
-  const inWait = !!failedCondition && nowMs - Date.parse(failedCondition.lastTransitionTime) < POD_RESULT_WAIT_MS;
-  const podMayCome = pods.length === 0 ? failedCondition?.reason === 'BackoffLimitExceeded' : pods.some(p => !podEnded(p));
-  const resultPending = failedCondition && !last && inWait && podMayCome;
-  // An installer that reported success, yet its pod failed: the installer restarts containerd
-  // itself, and a container that ends during such a restart can lose its exit status (exit 255,
-  // "Unknown"). Its work was done and checked; counting it a failure would retry it for nothing.
-  const outcome = parseResult(last?.message)?.outcome;
-  const reportedSuccess = !!failedCondition && (a[ANNOTATION_OPERATION] === 'uninstall'
-    ? outcome === 'uninstalled' || outcome === 'not-installed'
-    : outcome === 'installed' || outcome === 'unchanged');
-  const phase = succeeded || reportedSuccess ? 'succeeded' : failedCondition && !resultPending ? 'failed' : 'running';
+  const waiting = pods.map(p => p.status?.containerStatuses?.[0]?.state?.waiting).find(w => w?.reason);
   return {
+    kind: 'job',
     name: job.metadata.name,
     shimUid,
     node: a[ANNOTATION_NODE],
@@ -234,13 +203,16 @@ export function jobView(job: any, pods: any[], nowMs = Date.now()): JobView | un
     ...(a[ANNOTATION_SHA256] ? { sha256: a[ANNOTATION_SHA256] } : {}),
     attempt: Number(a[ANNOTATION_ATTEMPT] ?? 1) || 1,
     ...(job.metadata?.labels?.[LABEL_BATCH] ? { batch: job.metadata.labels[LABEL_BATCH] } : {}),
-    phase,
-    ...(reportedSuccess && !succeeded ? { reportedSuccess: true } : {}),
+    ...(failed ? { failed: { reason: failed.reason, message: failed.message, at: failed.lastTransitionTime } } : {}),
+    succeeded: (job.status?.succeeded ?? 0) > 0,
+    ...(job.status?.completionTime != null ? { completedAt: job.status.completionTime } : {}),
+    ...(job.metadata?.creationTimestamp ? { createdAt: job.metadata.creationTimestamp } : {}),
+    ...(last ? { terminated: { message: last.message, finishedAt: last.finishedAt } } : {}),
+    pods: pods.length,
+    podsEnded: pods.filter(podEnded).length,
+    ...(waiting ? { waiting: { reason: waiting.reason, message: waiting.message } } : {}),
     // Started once a kubelet has taken a pod (it sets startTime before any container runs, and
     // it stays when a kubelet reports the pod Pending again).
     started: pods.some(p => p.status?.startTime !== undefined || (p.status?.phase !== undefined && p.status.phase !== 'Pending')),
-    ...(job.metadata?.creationTimestamp ? { createdAt: job.metadata.creationTimestamp } : {}),
-    ...(phase !== 'running' ? { finishedAt: job.status?.completionTime ?? last?.finishedAt ?? failedCondition?.lastTransitionTime } : {}),
-    result: parseResult(last?.message ?? (failedCondition && !last ? whyNoResult(failedCondition, pods) : undefined)),
   };
 }

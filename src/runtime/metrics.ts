@@ -56,7 +56,7 @@ export class Metrics {
    * Observes the duration of each finished Job once, from its creation to its end; forgets
    * Jobs that left the cache.
    */
-  observeJobs(jobs: JobView[]): void {
+  observeJobs(jobs: readonly JobView[]): void {
     const present = new Set<string>();
     for (const job of jobs) {
       if (job.phase === 'running' || !job.createdAt || !job.finishedAt) continue;

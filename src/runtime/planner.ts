@@ -1,5 +1,7 @@
 // The pure planner: observed state in, actions and status out. No I/O, no clocks except
-// the `now` it is given, so every decision is a table test away.
+// the `now` it is given, so every decision is a table test away. A pass (planPass) first
+// judges the installer Jobs from the facts the adapter observed (job-judgement.ts), then
+// plans with them (plan).
 //
 // The state model (docs/operators/state-model.md): each node records per Shim what is
 // installed (handler, revision, artifact hash, boot ID) and the last failure; the handler
@@ -7,6 +9,7 @@
 // registered and meant to serve. Every other decision is derived from that record, the
 // running Jobs and the spec, on every pass (level-triggered).
 import * as crypto from 'crypto';
+import { judgeJobs, NO_WRITES, ObservedJob, OwnWrites, SettledWrites } from './job-judgement';
 import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation } from './node-record';
 import { planRuntimeClass } from './runtime-class';
 import {
@@ -28,7 +31,10 @@ const ARCH_LABELS = ['kubernetes.io/arch', 'beta.kubernetes.io/arch'];
 export interface PlanInput {
   readonly shim: ShimObject;
   readonly nodes: NodeView[];
-  /** Every installer Job of the controller (other Shims' too: a handler is shared per node). */
+  /**
+   * Every installer Job of the controller (other Shims' too: a handler is shared per node), as
+   * judged at `now` (planPass judges them from what the adapter observed).
+   */
   readonly jobs: JobView[];
   /** Every other Shim, for handler and RuntimeClass conflicts. */
   readonly otherShims: ShimObject[];
@@ -41,6 +47,28 @@ export interface PlanInput {
    * @default 'jobs'
    */
   readonly installMode?: 'jobs' | 'agent';
+}
+
+/** A pass's input: the Jobs as the adapter observed them, not judged yet. */
+export interface PassInput extends Omit<PlanInput, 'jobs'> {
+  /** What the caches show of every installer Job (install mode NodeAgent: every request in the node records). */
+  readonly observed: readonly ObservedJob[];
+  /** What the controller created or deleted that the caches may not show yet. */
+  readonly writes?: OwnWrites;
+}
+
+export interface PassPlan extends Plan {
+  /** Every Job as this pass judged it (before this Shim's kubelet check): what the adapter acts on and reports. */
+  readonly jobs: readonly JobView[];
+  /** Own writes that no longer change what a pass sees: the adapter may forget them. */
+  readonly settled: SettledWrites;
+}
+
+/** One pass: the Jobs judged from the facts at `now`, then the plan. */
+export function planPass(input: PassInput): PassPlan {
+  const { observed, writes, ...rest } = input;
+  const judged = judgeJobs(observed, writes ?? NO_WRITES, Date.parse(input.now));
+  return { ...plan({ ...rest, jobs: judged.views }), jobs: judged.views, settled: judged.settled };
 }
 
 function hash(...parts: unknown[]): string {

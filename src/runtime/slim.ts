@@ -78,7 +78,7 @@ export interface ContainerState {
 
 /**
  * What the controller keeps of an installer pod: its Job (labels), phase, start, and the
- * first container's waiting reason or result (the shape of a Pod, so that jobView reads either).
+ * first container's waiting reason or result (the shape of a Pod, so that observeJob reads either).
  */
 export interface SlimPod {
   metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };

@@ -1,6 +1,9 @@
-import { ARTIFACT_FILE, installerJob, jobView } from '../../src/runtime/jobs';
+import { judgeJob } from '../../src/runtime/job-judgement';
+import { ARTIFACT_FILE, installerJob, observeJob } from '../../src/runtime/jobs';
 
-// From a Job and its pods (as the caches hold them) to what the planner sees.
+// From a Job and its pods (as the caches hold them) to what the planner sees: the facts
+// observeJob takes, judged as the planner does at `now`.
+const jobView = (job: any, pods: any[], now: number) => judgeJob(observeJob(job, pods)!, now);
 
 const T0 = Date.parse('2026-11-22T00:00:00Z');
 const job = (status: object) => ({
