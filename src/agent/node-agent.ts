@@ -268,12 +268,28 @@ export class NodeAgent {
   private async findDrift(): Promise<void> {
     const node = this.node;
     if (!node || this.stopped) return;
-    const gates = Object.entries(node.labels).filter(([k]) => k.endsWith(HANDLER_LABEL));
-    const drifted: { shim: string; handler: string }[] = [];
-    for (const [key, handler] of gates) {
+    const gates = Object.entries(node.labels).filter(([k]) => k.endsWith(HANDLER_LABEL))
       // A request of this handler without its outcome yet: the node is changing on purpose.
-      if (requestsOn(node.annotations).some(r => r.admitted.handler === handler && (!r.result || r.result.phase === 'running'))) continue;
-      let problem: string | undefined;
+      .filter(([, handler]) => !requestsOn(node.annotations).some(r => r.admitted.handler === handler && (!r.result || r.result.phase === 'running')));
+    let drifted = await this.drifted(gates);
+    // The handlers are checked one after the other: a change that landed during the check (a
+    // config management run writing the file) shows in the later ones only. Checked all again,
+    // so that what one change did is dropped in one write and repaired in one change set.
+    if (drifted.length > 0 && drifted.length < gates.length) drifted = await this.drifted(gates);
+    if (drifted.length === 0) return;
+    for (const { shim, handler, problem } of drifted) {
+      this.log.warn(`drift: ${problem}; the gate goes and the controller installs ${handler} again`, { shim, handler });
+    }
+    // One patch for all: every Shim concerned then sees the same node event, and the controller
+    // admits their repairs together (one change set, one containerd start), not a gate apart.
+    await this.dropGates(drifted).catch(e => this.log.error('could not take the gates away', { handlers: drifted.map(d => d.handler), error: (e as Error).message }));
+  }
+
+  /** The gated handlers (label key, handler) that the installer's status does not find installed, and why. */
+  private async drifted(gates: readonly [string, string][]): Promise<{ shim: string; handler: string; problem: string }[]> {
+    const drifted: { shim: string; handler: string; problem: string }[] = [];
+    for (const [key, handler] of gates) {
+      let problem: string;
       try {
         const status = await runInstallerInProcess(['status', `--handler=${handler}`, ...this.settings.installerArgs], process.env, this.settings.platform, this.log);
         if (status.installed) continue;
@@ -281,14 +297,9 @@ export class NodeAgent {
       } catch (e) {
         problem = (e as Error).message;
       }
-      const shim = key.slice(0, -HANDLER_LABEL.length);
-      this.log.warn(`drift: ${problem}; the gate goes and the controller installs ${handler} again`, { shim, handler });
-      drifted.push({ shim, handler });
+      drifted.push({ shim: key.slice(0, -HANDLER_LABEL.length), handler, problem });
     }
-    if (drifted.length === 0) return;
-    // One patch for all: every Shim concerned then sees the same node event, and the controller
-    // admits their repairs together (one change set, one containerd start), not a gate apart.
-    await this.dropGates(drifted).catch(e => this.log.error('could not take the gates away', { handlers: drifted.map(d => d.handler), error: (e as Error).message }));
+    return drifted;
   }
 
   /** Removes these Shims' gate labels on this node and their handlers' entries from their records, in one patch. */
