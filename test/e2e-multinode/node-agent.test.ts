@@ -1,11 +1,3 @@
-// NOT RUN BY CI YET (named .manual.ts, which jest's testMatch skips): install mode NodeAgent on
-// the multi-node suite's systemd nodes. Its steps 1-3 passed in every run so far; its uninstall
-// step failed twice on agent problems found by it (a request run twice, fixed since in
-// node-agent.ts, and a wave admitted a second apart making two change sets, not fixed), and the
-// file has not had a green run since the fix. Run it by hand:
-//   flock /tmp/rcm-heavy.lock npx jest --ci --runInBand --coverage=false --testPathIgnorePatterns /node_modules/ \
-//     --testMatch '<rootDir>/test/e2e-multinode/node-agent.manual.ts'
-// and rename it back to node-agent.test.ts once it is green twice.
 import * as fs from 'fs';
 import * as path from 'path';
 import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
