@@ -38,6 +38,11 @@ export function isPending(step: InstallResult | Pending): step is Pending {
   return 'journal' in step && 'finish' in step;
 }
 
+/** The node's runtime, as messages name it (a CRI-O node's changes go through the same sets). */
+function runtimeOf(layout: Pick<DistroLayout, 'distro'>): string {
+  return layout.distro === 'crio' ? 'CRI-O (crio.service)' : 'containerd';
+}
+
 export class ChangeSets {
   /**
    * @param id this run (its changes' owner, its outcome's name)
@@ -118,7 +123,7 @@ export class ChangeSets {
     await this.finish(open);
     if (this.pending().length > 0) {
       throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
-        'the changes other installers wrote were undone after containerd refused them, but containerd is still failing: the node needs a human');
+        `the changes other installers wrote were undone after ${runtimeOf(layout)} refused them, but ${runtimeOf(layout)} is still failing: the node needs a human`);
     }
   }
 
@@ -161,8 +166,7 @@ export class ChangeSets {
     if (set.length === 0) return;
     const layout = set[0].layout;
     const installs = set.filter(j => j.operation === 'install' && j.binary !== undefined).map(j => ({ handler: j.handler, binary: j.binary! }));
-    // The node's runtime, as messages name it (a CRI-O node's changes go through the same sets).
-    const runtime = layout.distro === 'crio' ? 'CRI-O' : 'containerd';
+    const runtime = runtimeOf(layout);
     if (set.length > 1) this.log.info(`${runtime} restarts once for ${set.length} changes`, { handlers: set.map(j => `${j.operation} ${j.handler}`) });
     const problem = this.restart.restarts(layout) ? await this.timer.time('restart', () => this.restart.restartAndCheck(layout, installs)) : undefined;
     if (!problem) {
@@ -276,7 +280,7 @@ export class ChangeSets {
     }
     if (this.pending().length > 0) {
       throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
-        `an interrupted change of ${handlers} was undone, but containerd is still failing: the node needs a human`);
+        `an interrupted change of ${handlers} was undone, but ${runtimeOf(journals[0].layout)} is still failing: the node needs a human`);
     }
   }
 }

@@ -37,9 +37,14 @@ export class ContainerdRestart {
     }
     const failure = unitFailure(parseShow(r.stdout));
     if (!failure) return;
-    throw new InstallerError(ExitCode.CONTAINERD_UNIT_FAILED, 'ContainerdUnitFailed',
+    throw new InstallerError(ExitCode.CONTAINERD_UNIT_FAILED, this.unitFailedReason,
       `${layout.unit}.service is failed (${failure}) on this node and the installer changed nothing: it does not reset systemd's start limit nor start the unit. ` +
       `Find out why (journalctl -u ${layout.unit}), then run 'systemctl reset-failed ${layout.unit} && systemctl start ${layout.unit}'`);
+  }
+
+  /** The reason of a unit found failed (exit 7): the runtime's own (CRI-O's in CrioRestart). */
+  protected get unitFailedReason(): string {
+    return 'ContainerdUnitFailed';
   }
 
   /**

@@ -270,6 +270,22 @@ export function crioConflicts(files: ReadonlyMap<string, string>, handler: strin
   return [...files].filter(([name, text]) => name !== ours && crioHandlersIn(text).includes(handler)).map(([name]) => name);
 }
 
+/**
+ * The files that CRI-O reads after `ours` and that define `handler` too (host path → text in,
+ * as crioConflicts takes them): CRI-O reads crio.conf first, then the drop-in folder's files
+ * in lexical order, and the last table of a handler wins. Such a file takes our handler over
+ * (someone else's runtime_path, or fields of theirs mixed in), whatever our file says.
+ */
+export function crioShadowing(files: ReadonlyMap<string, string>, handler: string, ours: string): string[] {
+  const folder = path.posix.dirname(ours);
+  const name = path.posix.basename(ours);
+  return [...files]
+    .filter(([file, text]) => file !== ours && path.posix.dirname(file) === folder && path.posix.basename(file) > name
+      && crioHandlersIn(text).includes(handler))
+    .map(([file]) => file)
+    .sort();
+}
+
 /** The handler as CRI-O serves it (`crio status config` prints the running config as TOML), or what is wrong. */
 export function crioServedHandler(statusConfig: string, handler: string): { runtimePath?: string; runtimeType?: string } | string {
   let parsed: any;

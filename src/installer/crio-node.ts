@@ -12,8 +12,8 @@ import { ChangeSets, Pending } from './change-set';
 import { ConfigError } from './containerd-config';
 import { ContainerdRestart, HandlerCheck } from './containerd-restart';
 import {
-  crioApplyBy, crioConflicts, crioDropIn, crioHandlerFor, CRIO_DROPIN_DIR, CRIO_MAIN_CONFIG, crioServedHandler, CrioVersion, isOurDropIn,
-  parseCrioVersion, CrioHandler,
+  crioApplyBy, crioBinaryNameProblem, crioConflicts, crioDropIn, crioHandlerFor, CRIO_DROPIN_DIR, CRIO_MAIN_CONFIG, crioServedHandler, crioShadowing,
+  CrioVersion, isOurDropIn, parseCrioVersion, CrioHandler,
 } from './crio-config';
 import { ExitCode, InstallerError } from './errors';
 import { DistroLayout, HostContext, hostCommand, onHost, writeAtomically } from './host';
@@ -52,6 +52,11 @@ export class CrioRestart extends ContainerdRestart {
     return crioApplyBy(this.version);
   }
 
+  /** A crio.service found failed is CRI-O's own reason (exit 7, as containerd's ContainerdUnitFailed). */
+  protected override get unitFailedReason(): string {
+    return 'CrioUnitFailed';
+  }
+
   override async restartAndCheck(layout: DistroLayout, installs: readonly HandlerCheck[]): Promise<string | undefined> {
     const unit = layout.unit ?? 'crio';
     let argv: string[];
@@ -65,8 +70,21 @@ export class CrioRestart extends ContainerdRestart {
     }
     this.log.info(`${this.options.restart === 'command' ? 'running the restart command for' : `${this.applyBy === 'reload' ? 'reloading' : 'restarting'}`} CRI-O`,
       { command: argv.join(' '), crio: this.version?.text ?? 'unknown' });
-    const r = await this.timer.time('restartCommand', () => hostCommand(this.host, argv));
-    if (r.code !== 0) return `${argv.join(' ')} exited ${r.code}: ${r.stderr.trim().slice(0, 300)}`;
+    let r = await this.timer.time('restartCommand', () => hostCommand(this.host, argv));
+    if (r.code !== 0 && this.options.restart === 'systemd' && argv[1] === 'reload') {
+      // A reload reaches a running CRI-O only: one that is down (it died on the last reload,
+      // or was stopped) is started again, paced as any restart. A unit systemd gave up on
+      // (start-limit-hit) refuses the start too, and that is reported.
+      this.log.warn(`${argv.join(' ')} failed (${r.stderr.trim().slice(0, 200)}): restarting ${unit}.service instead`);
+      await this.paceRestart(layout);
+      const restart = ['systemctl', 'restart', unit];
+      const again = await this.timer.time('restartCommand', () => hostCommand(this.host, restart));
+      if (again.code !== 0) {
+        return `${unit}.service is down: ${argv.join(' ')} exited ${r.code} (${r.stderr.trim().slice(0, 200)}) and ${restart.join(' ')} exited ${again.code} (${again.stderr.trim().slice(0, 200)})`;
+      }
+      r = again;
+    }
+    if (r.code !== 0) return `${argv.join(' ')} exited ${r.code} (${unit}.service): ${r.stderr.trim().slice(0, 300)}`;
     // A SIGHUP is handled a moment later: the check is asked until it passes or time is up.
     const deadline = Date.now() + this.options.healthTimeoutSeconds * 1000;
     let last = 'no answer';
@@ -75,7 +93,7 @@ export class CrioRestart extends ContainerdRestart {
       if (last === '') return undefined;
       await new Promise(res => setTimeout(res, 100));
     }
-    return `CRI-O not serving the handlers after ${this.options.healthTimeoutSeconds}s: ${last}`;
+    return `CRI-O (${unit}.service) not serving the handlers after ${this.options.healthTimeoutSeconds}s: ${last}`;
   }
 
   override async verify(layout: DistroLayout, installs: readonly HandlerCheck[]): Promise<string | undefined> {
@@ -109,6 +127,8 @@ export interface CrioContext {
   fetch(): Promise<Fetched>;
   /** From now on SIGTERM lets the change finish. */
   touched(): void;
+  /** Whether the running CRI-O serves these handlers (CrioRestart.verify), without a reload. */
+  verify(layout: DistroLayout, installs: readonly HandlerCheck[]): Promise<string | undefined>;
   joinMembers(): Promise<void>;
   versionPaths(sha256: string, shimFileName: string): { binary: string; payloadDir?: string };
   inspectVersion(fetched: Fetched, binary: string, payloadDir: string | undefined): { exists: boolean; damaged: boolean };
@@ -124,7 +144,28 @@ export interface CrioContext {
   removeAndPrune(target: string): void;
 }
 
-/** What of a CRI-O record's drop-in is not as written (the binary and payload are checked by the caller); undefined when it is. */
+/** CRI-O's main config and every file of its drop-in folder (host path → text) but `ours`, in the order CRI-O reads them. */
+export function crioConfigFiles(o: Pick<InstallerOptions, 'hostRoot'>, ours: string): Map<string, string> {
+  const files = new Map<string, string>();
+  const main = onHost(o, CRIO_MAIN_CONFIG);
+  if (fs.existsSync(main)) files.set(CRIO_MAIN_CONFIG, fs.readFileSync(main, 'utf8'));
+  const dir = onHost(o, CRIO_DROPIN_DIR);
+  if (!fs.existsSync(dir)) return files;
+  for (const name of fs.readdirSync(dir).sort()) {
+    const hostPath = `${CRIO_DROPIN_DIR}/${name}`;
+    if (hostPath === ours) continue;
+    const full = path.join(dir, name);
+    if (fs.statSync(full).isFile()) files.set(hostPath, fs.readFileSync(full, 'utf8'));
+  }
+  return files;
+}
+
+/**
+ * What of a CRI-O record's drop-in is not as written, or not what CRI-O would serve (the
+ * binary and payload are checked by the caller); undefined when it is: our file is there,
+ * ours (its marker), parses, names the recorded runtime_path and runtime_type, and no file
+ * CRI-O reads after it defines the handler again (the last one wins).
+ */
 export function crioDropInMissing(o: Pick<InstallerOptions, 'hostRoot'>, state: CrioInstallState): string | undefined {
   const file = onHost(o, state.configFile);
   if (!fs.existsSync(file)) return `its drop-in ${state.configFile} is missing`;
@@ -135,7 +176,18 @@ export function crioDropInMissing(o: Pick<InstallerOptions, 'hostRoot'>, state: 
   if (served.runtimePath !== state.crio.runtimePath || served.runtimeType !== state.crio.kind) {
     return `${state.configFile} does not name ${state.crio.runtimePath} (${state.crio.kind}) for it`;
   }
+  const later = crioShadowing(crioConfigFiles(o, state.configFile), state.handler, state.configFile);
+  if (later.length > 0) {
+    return `${later.join(', ')} define${later.length > 1 ? '' : 's'} handler ${state.handler} too and CRI-O reads ${later.length > 1 ? 'them' : 'it'} after ${state.configFile} ` +
+      '(the last one wins): CRI-O would not run the installed binary for it';
+  }
   return undefined;
+}
+
+/** CRI-O is not the one the handler was installed (or last verified) with: its version lines before and now. */
+export function crioReplaced(state: CrioInstallState, version: CrioVersion | undefined): { before: string; now: string } | undefined {
+  const [before, now] = [state.crio.build, version?.build];
+  return before !== undefined && now !== undefined && before !== now ? { before, now } : undefined;
 }
 
 /** The CRI-O branch of one install or uninstall, under the host lock. */
@@ -155,12 +207,14 @@ export class CrioChange {
       sha256: s.sha256,
       paths: { ...base.paths, binary: s.binary },
     });
-    if (state && o.sha256 === state.sha256 && ctx.intact(state, layout)) return unchanged(state);
+    // In place, but CRI-O was replaced since: verified with the CRI-O there now first.
+    const inPlace = (s: CrioInstallState) => (crioReplaced(s, this.version) ? this.verifyWithNewCrio(base, layout, s) : unchanged(s));
+    if (state && o.sha256 === state.sha256 && ctx.intact(state, layout)) return inPlace(state);
     if (!this.version) {
       throw crioRefused(`crio was not found on the host or did not tell its version (crio --version, searched ${hostSearchPath('crio').join(':')}): nothing was changed`);
     }
     const fetched = prefetched ?? await ctx.fetch();
-    if (state && fetched.sha256 === state.sha256 && ctx.intact(state, layout)) return unchanged(state);
+    if (state && fetched.sha256 === state.sha256 && ctx.intact(state, layout)) return inPlace(state);
 
     const { binary, payloadDir } = ctx.versionPaths(fetched.sha256, fetched.shim.name);
     // Everything CRI-O would refuse is refused here, before anything on the host changes.
@@ -184,7 +238,7 @@ export class CrioChange {
     } catch (e) {
       throw e instanceof ConfigError ? crioRefused(`${e.message}; nothing was changed`) : e;
     }
-    const others = crioConflicts(this.otherConfigFiles(layout), o.handler, layout.config);
+    const others = crioConflicts(crioConfigFiles(o, layout.config), o.handler, layout.config);
     if (others.length > 0) {
       throw crioRefused(`handler ${o.handler} is already defined by ${others.join(', ')}: the installer does not edit another tool's file nor shadow its handler; nothing was changed`);
     }
@@ -269,6 +323,42 @@ export class CrioChange {
     return finish();
   }
 
+  /** For status: CRI-O was replaced since the record (its version lines changed), said as drift; undefined when not. */
+  replacedProblem(state: CrioInstallState): string | undefined {
+    const replaced = crioReplaced(state, this.version);
+    return replaced ? `CRI-O was replaced since (${replaced.before} → ${replaced.now}): the handler has to be verified with it again` : undefined;
+  }
+
+  /**
+   * The handler's files and drop-in are in place, but CRI-O was replaced since (a package
+   * upgrade, a new node image): the CRI-O there now must accept the handler's binary name
+   * and serve the handler (`crio status config`) before the install counts. Nothing is
+   * reloaded or restarted (whoever replaced CRI-O restarted it) and nothing is changed when
+   * it does not: the reason says what to do.
+   */
+  private async verifyWithNewCrio(base: InstallResult, layout: DistroLayout, state: CrioInstallState): Promise<InstallResult> {
+    const { ctx } = this;
+    const replaced = crioReplaced(state, this.version)!;
+    const refused = (why: string) => new InstallerError(ExitCode.CONFIG_FAILED, 'ReplacedCrioRefusesHandler',
+      `CRI-O was replaced (${replaced.before} → ${replaced.now}) and does not take handler ${state.handler}: ${why}; nothing was changed ` +
+      `(${state.configFile} stays: uninstall the Shim from this node, or give it a binary this CRI-O accepts)`);
+    const nameProblem = state.crio.kind === 'vm' ? crioBinaryNameProblem(state.crio.runtimePath, this.version) : undefined;
+    if (nameProblem) throw refused(nameProblem);
+    const problem = await ctx.timer.time('health', () => ctx.verify(layout, [{ handler: state.handler, binary: state.crio.runtimePath }]));
+    if (problem) throw refused(problem);
+    const verified: CrioInstallState = { ...state, crio: { ...state.crio, build: replaced.now } };
+    writeAtomically(onHost(ctx.o, ctx.stateFile()), JSON.stringify(verified, null, 2) + '\n', 0o600);
+    ctx.changed.push(`verified handler ${state.handler} with CRI-O ${this.version!.text} (installed with ${replaced.before})`);
+    return {
+      ...base,
+      outcome: 'installed',
+      message: `handler ${state.handler} verified with the CRI-O that replaced the one it was installed with`,
+      sha256: state.sha256,
+      paths: { ...base.paths, binary: state.binary },
+      state: verified,
+    };
+  }
+
   async uninstall(base: InstallResult, layout: DistroLayout, waiters: LockWaiters): Promise<InstallResult | Pending> {
     const { ctx } = this;
     const o = ctx.o;
@@ -326,22 +416,5 @@ export class CrioChange {
     ctx.changed.push(`removed ${state!.payloadDir ?? ctx.shimsDir()}`);
     ctx.cleanUp();
     return result;
-  }
-
-  /** CRI-O's main config and every drop-in file (host path → text) but ours. */
-  private otherConfigFiles(layout: DistroLayout): Map<string, string> {
-    const o = this.ctx.o;
-    const files = new Map<string, string>();
-    const main = onHost(o, CRIO_MAIN_CONFIG);
-    if (fs.existsSync(main)) files.set(CRIO_MAIN_CONFIG, fs.readFileSync(main, 'utf8'));
-    const dir = onHost(o, CRIO_DROPIN_DIR);
-    if (!fs.existsSync(dir)) return files;
-    for (const name of fs.readdirSync(dir).sort()) {
-      const hostPath = `${CRIO_DROPIN_DIR}/${name}`;
-      if (hostPath === layout.config) continue;
-      const full = path.join(dir, name);
-      if (fs.statSync(full).isFile()) files.set(hostPath, fs.readFileSync(full, 'utf8'));
-    }
-    return files;
   }
 }

@@ -8,7 +8,10 @@ export enum ExitCode {
   RESTART_FAILED_ROLLED_BACK = 5,
   /** containerd did not come back even with the previous config: a human must look. */
   RESTART_FAILED_NOT_ROLLED_BACK = 6,
-  /** containerd's systemd unit was already failed (start-limit-hit, a crash) when the installer started: it changed nothing. */
+  /**
+   * The runtime's systemd unit was already failed (start-limit-hit, a crash) when the installer
+   * started: it changed nothing. Reason ContainerdUnitFailed, or CrioUnitFailed for crio.service.
+   */
   CONTAINERD_UNIT_FAILED = 7,
   /** Stopped by SIGTERM before anything on the host changed (128 + 15, as a shell reports it). */
   TERMINATED = 143,

@@ -51,14 +51,16 @@ export function detectDistro(options: InstallerOptions): Distro {
 const CRIO_UNIT_FILES = ['/etc/systemd/system/crio.service', '/usr/lib/systemd/system/crio.service', '/lib/systemd/system/crio.service'];
 
 /**
- * A CRI-O node: CRI-O's socket, the crio binary on the host's PATH and its systemd unit are
- * all there, and containerd's socket is not (a node with both keeps being treated as a
- * containerd node, as before; --distro=crio says otherwise).
+ * A CRI-O node: the crio binary on the host's PATH and its systemd unit are there, containerd's
+ * socket is not (a node with both keeps being treated as a containerd node, as before;
+ * --distro=crio says otherwise), and CRI-O's socket is there or, when CRI-O is down (its
+ * socket goes with it: a failed crio.service, a stop), containerd is not on the host at all.
  */
 export function isCrioNode(options: Pick<InstallerOptions, 'hostRoot'>): boolean {
   const exists = (p: string) => fs.existsSync(onHost(options, p));
-  return exists(CRIO_SOCKET) && !exists('/run/containerd/containerd.sock')
-    && findHostTool(options.hostRoot, hostSearchPath('crio'), 'crio') !== undefined && CRIO_UNIT_FILES.some(exists);
+  if (exists('/run/containerd/containerd.sock') || findHostTool(options.hostRoot, hostSearchPath('crio'), 'crio') === undefined
+    || !CRIO_UNIT_FILES.some(exists)) return false;
+  return exists(CRIO_SOCKET) || findHostTool(options.hostRoot, hostSearchPath('containerd'), 'containerd') === undefined;
 }
 
 export function layoutFor(options: InstallerOptions, distro: Distro, containerdMajor: number | undefined): DistroLayout {

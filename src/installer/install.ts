@@ -643,6 +643,7 @@ export class Installer {
       intact: (state, layout) => this.intact(state, layout),
       fetch: () => this.fetchArtifact(scratch!),
       touched: () => { this.hostTouched = true; },
+      verify: (layout, installs) => this.restart.verify(layout, installs),
       joinMembers: () => this.joinMembers(),
       versionPaths: (sha256, name) => this.versionPaths(sha256, name),
       inspectVersion: (fetched, binary, payloadDir) => this.inspectVersion(fetched, binary, payloadDir),
@@ -907,7 +908,7 @@ export class Installer {
     if (state.payloadDir && state.payloadDigest && treeDigest(onHost(this.o, state.payloadDir)) !== state.payloadDigest) {
       return `its payload ${state.payloadDir} is damaged or incomplete (its content is not the installed one's)`;
     }
-    if (state.runtime === 'crio') return crioDropInMissing(this.o, state);
+    if (state.runtime === 'crio') return crioDropInMissing(this.o, state) ?? this.crio?.replacedProblem(state);
     const file = onHost(this.o, state.configFile);
     if (!fs.existsSync(file)) return `its config file ${state.configFile} is missing`;
     try {

@@ -108,9 +108,9 @@ export function helpText(): string {
     ...lines,
     '',
     'Exit codes: 0 success, 2 bad input, 3 download or verification failed, 4 containerd',
-    'config failed, 5 restart failed and rolled back, 6 restart failed and NOT rolled back,',
-    "7 containerd's systemd unit was already failed (nothing changed), 143 stopped by SIGTERM",
-    'before anything on the host changed.',
+    '(CRI-O) config failed, 5 restart failed and rolled back, 6 restart failed and NOT rolled',
+    "back, 7 the runtime's systemd unit (containerd, crio) was already failed (nothing changed),",
+    '143 stopped by SIGTERM before anything on the host changed.',
   ].join('\n');
 }
 

@@ -1,8 +1,8 @@
 import { parse } from 'smol-toml';
 import { CRIO_CONF_5_HANDLER_FIELDS, crioConf5Problems, CRIO_VERSION_OUTPUTS } from './crio-fixtures';
 import {
-  crioApplyBy, crioConflicts, crioDropIn, crioDropInProblem, crioHandlerFor, CRIO_HANDLER_FIELDS, CrioRequest, crioServedHandler, CrioVersion,
-  isOurDropIn, parseCrioVersion,
+  crioApplyBy, crioConflicts, crioDropIn, crioDropInProblem, crioHandlerFor, CRIO_HANDLER_FIELDS, CrioRequest, crioServedHandler, crioShadowing,
+  CrioVersion, isOurDropIn, parseCrioVersion,
 } from '../../src/installer/crio-config';
 
 // CRI-O's drop-in for a Shim, as pure text (crio-config.ts): every file is parsed with
@@ -161,4 +161,21 @@ test('what CRI-O serves (crio status config prints its running config as TOML)',
   expect(crioServedHandler(running, 'spin')).toEqual({ runtimePath: '/x/containerd-shim-spin-v2', runtimeType: 'vm' });
   expect(crioServedHandler(running, 'kata')).toBe('CRI-O does not list handler kata');
   expect(crioServedHandler('level=error', 'spin')).toMatch(/not TOML/);
+});
+
+test('a file CRI-O reads after ours that defines the handler takes it over (the last one wins); files read before do not', () => {
+  const ours = '/etc/crio/crio.conf.d/99-rcm-spin.conf';
+  const spin = '[crio.runtime.runtimes.spin]\nruntime_type = "vm"\nruntime_path = "/usr/bin/other"\n';
+  const files = new Map([
+    ['/etc/crio/crio.conf', spin],
+    ['/etc/crio/crio.conf.d/50-early', spin],
+    ['/etc/crio/crio.conf.d/99-rcm-spin.conf', spin],
+    ['/etc/crio/crio.conf.d/99-rcm-spin.conf.bak', spin],
+    ['/etc/crio/crio.conf.d/99-zz-other.toml', spin],
+    ['/etc/crio/crio.conf.d/99-zz-kata', '[crio.runtime.runtimes.kata]\nruntime_type = "vm"\n'],
+    ['/etc/crio/crio.conf.d/zz-broken', '[crio'],
+  ]);
+  expect(crioShadowing(files, 'spin', ours)).toEqual(['/etc/crio/crio.conf.d/99-rcm-spin.conf.bak', '/etc/crio/crio.conf.d/99-zz-other.toml']);
+  expect(crioShadowing(files, 'kata', '/etc/crio/crio.conf.d/99-rcm-kata.conf')).toEqual(['/etc/crio/crio.conf.d/99-zz-kata']);
+  expect(crioShadowing(files, 'kata', '/etc/crio/crio.conf.d/zzz-rcm-kata.conf')).toEqual([]);
 });

@@ -61,7 +61,8 @@ describe('detection of a CRI-O node from the host\'s files', () => {
     ['the unit in /etc/systemd/system', ['run/crio/crio.sock', 'usr/bin/crio', 'etc/systemd/system/crio.service'], 'crio'],
     ['no unit: not detected', ['run/crio/crio.sock', 'usr/bin/crio'], 'containerd'],
     ['no crio binary: not detected', ['run/crio/crio.sock', 'usr/lib/systemd/system/crio.service'], 'containerd'],
-    ['no socket: not detected', ['usr/bin/crio', 'usr/lib/systemd/system/crio.service'], 'containerd'],
+    ['no socket (CRI-O down: a failed crio.service) and no containerd on the host: CRI-O', ['usr/bin/crio', 'usr/lib/systemd/system/crio.service'], 'crio'],
+    ['no socket and containerd on the host\'s PATH: containerd', ['usr/bin/crio', 'usr/lib/systemd/system/crio.service', 'usr/bin/containerd'], 'containerd'],
     ['containerd\'s socket too: containerd, as before', [...CRIO, 'run/containerd/containerd.sock'], 'containerd'],
     ['a k3s node with crio lying around: k3s', [...CRIO, 'var/lib/rancher/k3s/agent/etc/containerd/.keep'], 'k3s'],
   ])('%s', (_what, files, distro) => {

@@ -61,6 +61,21 @@ LDFlags:          unknown
 SeccompEnabled:   true
 AppArmorEnabled:  false
 `,
+  /**
+   * MADE UP, not a release's output: 1.29.1's lines with another version and commit, for a
+   * CRI-O after 1.36 (which no longer requires a `vm` shim's name to end in -v2, issue 23).
+   */
+  '1.37.0': `crio version 1.37.0
+Version:        1.37.0
+GitCommit:      0000000000000000000000000000000000000000
+GitCommitDate:  unknown
+GitTreeState:   clean
+BuildDate:      2026-01-01T00:00:00Z
+GoVersion:      go1.24.0
+Compiler:       gc
+Platform:       linux/amd64
+Linkmode:       dynamic
+`,
 };
 
 /**

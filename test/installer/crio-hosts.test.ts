@@ -3,22 +3,13 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
-import { crioConf5Problems, CRIO_VERSION_OUTPUTS } from './crio-fixtures';
+import { crioConf5Problems } from './crio-fixtures';
+import { CrioHosts, DEFAULT_DROPIN, served, snapshot, systemctlCalls, waitFor } from './crio-standins';
 import { FakeHost, startFakeHost } from '../support/fake-host';
 import { ArtifactServer, buildInstaller, InstallerRun, publishShim, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
 
-// CRI-O nodes on fake hosts (test/support/fake-host.ts). NO CRI-O RUNS HERE: no CRI-O package
-// exists for these machines. Three shell scripts stand in, and only for what the installer
-// uses of them:
-// - `crio` answers `--version` with a real release's output (crio-fixtures.ts) and
-//   `status --socket S config` with what the stand-in daemon serves;
-// - the stand-in daemon "serves" the files CRI-O would read (crio.conf, then crio.conf.d/* in
-//   lexical order, concatenated: none of CRI-O's merging or validation), read at start and
-//   again on SIGHUP, and refuses a configuration that defines the handler named in
-//   /etc/crio-standin/refuse (on SIGHUP it keeps the old one; at start it exits), as CRI-O
-//   refuses a configuration it cannot validate;
-// - `systemctl` logs its calls, reloads the daemon by SIGHUP and restarts it (the init
-//   starts it again), and reports an active unit with systemd's default start limit.
+// CRI-O nodes on fake hosts, with the stand-ins of crio-standins.ts for crio, its daemon and
+// systemctl. NO CRI-O RUNS HERE (no CRI-O package exists for these machines).
 // What is proven: the files the installer writes and removes (byte for byte), the commands it
 // runs and in which case, its refusals and rollbacks, and that it shares the lock, journal
 // and change sets of containerd nodes. Not proven: anything CRI-O itself does with the files.
@@ -30,152 +21,7 @@ let bundle: string;
 let server: ArtifactServer;
 let artifact: { url: string; sha256: string };
 let v1Artifact: { url: string; sha256: string };
-const hosts: FakeHost[] = [];
-
-const STANDIN = {
-  crio: `#!/bin/sh
-# STAND-IN for CRI-O's crio command in a test's fake host, NOT CRI-O.
-case "$1" in
-  --version) cat /etc/crio-standin/version; exit 0 ;;
-  status)
-    shift
-    sock=/var/run/crio/crio.sock
-    while [ $# -gt 0 ]; do
-      case "$1" in
-        --socket|-s) sock=$2; shift 2 ;;
-        config) cmd=config; shift ;;
-        *) echo "unknown argument $1" >&2; exit 2 ;;
-      esac
-    done
-    [ "$cmd" = config ] || { echo "only 'status config' is stood in for" >&2; exit 2; }
-    pid=$(cat /run/crio-standin/pid 2>/dev/null)
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ -e "$sock" ] && [ -f /run/crio-standin/served.toml ]; then
-      cat /run/crio-standin/served.toml
-      exit 0
-    fi
-    echo "dial unix $sock: connect: connection refused" >&2
-    exit 1 ;;
-esac
-echo "unknown command $1" >&2
-exit 2
-`,
-  daemon: `#!/bin/sh
-# STAND-IN for the CRI-O daemon in a test's fake host, NOT CRI-O (see crio-hosts.test.ts).
-S=/run/crio-standin
-load() {
-  refuse=$(cat /etc/crio-standin/refuse 2>/dev/null)
-  : > $S/served.new
-  for f in /etc/crio/crio.conf /etc/crio/crio.conf.d/*; do
-    [ -f "$f" ] || continue
-    if [ -n "$refuse" ] && grep -q "^\\[crio\\.runtime\\.runtimes\\.$refuse\\]" "$f"; then
-      echo "refused $f" >> $S/log
-      return 1
-    fi
-    cat "$f" >> $S/served.new
-    echo >> $S/served.new
-  done
-  mv $S/served.new $S/served.toml
-  echo loaded >> $S/log
-}
-mkdir -p /run/crio
-load || { rm -f $S/served.toml /run/crio/crio.sock; echo "refused at start" >> $S/log; exit 1; }
-trap 'load || true' HUP
-trap 'rm -f /run/crio/crio.sock; exit 0' TERM
-touch /run/crio/crio.sock
-echo started >> $S/log
-while true; do sleep 1 & wait $!; done
-`,
-  systemctl: `#!/bin/sh
-# STAND-IN for systemctl in a test's fake host (no systemd runs there), NOT systemd.
-S=/run/crio-standin
-echo "$*" >> $S/systemctl.log
-case "$1" in
-  show) printf 'ActiveState=active\\nSubState=running\\nResult=success\\nStartLimitBurst=5\\nStartLimitIntervalUSec=10s\\nExecMainStartTimestampMonotonic=0\\n' ;;
-  reload) kill -HUP "$(cat $S/pid)" ;;
-  restart)
-    old=$(cat $S/pid)
-    kill "$old"
-    while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
-    while [ "$(cat $S/pid)" = "$old" ]; do sleep 0.05; done ;;
-  *) echo "not stood in for: $*" >&2; exit 1 ;;
-esac
-`,
-};
-
-/** The init: starts the stand-in daemon, and again when it exits (as systemd's Restart= would). */
-const INIT = `mkdir -p /run/crio-standin
-while true; do
-  /usr/libexec/crio-standin-daemon &
-  echo $! > /run/crio-standin/pid
-  wait $!
-  sleep 0.2
-done`;
-
-/** The distribution's own CRI-O files, which must stay byte for byte. */
-const CRIO_CONF = '# the distribution\'s crio.conf\n[crio]\nlog_dir = "/var/log/crio/pods"\n\n[crio.runtime]\ndefault_runtime = "runc"\n';
-const DEFAULT_DROPIN = '[crio.runtime.runtimes.runc]\nruntime_path = ""\nruntime_type = "oci"\nruntime_root = "/run/runc"\n';
-const KATA_DROPIN = '[crio.runtime.runtimes.kata-qemu]\nruntime_path = "/opt/kata/bin/containerd-shim-kata-v2"\nruntime_type = "vm"\nruntime_root = "/run/vc"\n';
-
-function script(name: string, text: string): { copy: string; mode: number } {
-  const file = path.join(work, `${name}-${Math.random().toString(36).slice(2)}`);
-  fs.writeFileSync(file, text);
-  return { copy: file, mode: 0o755 };
-}
-
-async function crioHost(version: keyof typeof CRIO_VERSION_OUTPUTS, extra: Record<string, string> = {}): Promise<FakeHost> {
-  const host = await startFakeHost({
-    'var/run': { link: '/run' },
-    'usr/bin/crio': script('crio', STANDIN.crio),
-    'usr/bin/systemctl': script('systemctl', STANDIN.systemctl),
-    'usr/libexec/crio-standin-daemon': script('daemon', STANDIN.daemon),
-    'usr/bin/printf': { link: 'busybox' },
-    'usr/lib/systemd/system/crio.service': '[Service]\nExecStart=/usr/bin/crio\nExecReload=/bin/kill -s HUP $MAINPID\n',
-    'etc/crio/crio.conf': CRIO_CONF,
-    'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN,
-    'etc/crio/crio.conf.d/99-kata-deploy': KATA_DROPIN,
-    'etc/crio-standin/version': CRIO_VERSION_OUTPUTS[version],
-    ...extra,
-  }, INIT);
-  hosts.push(host);
-  await waitFor(() => host.run(['crio', 'status', 'config']));
-  return host;
-}
-
-async function waitFor(check: () => unknown, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      check();
-      return;
-    } catch (e) {
-      if (Date.now() > deadline) throw e;
-      await new Promise(r => setTimeout(r, 100));
-    }
-  }
-}
-
-/** Every file under a folder of the host (relative path → bytes), to compare byte for byte. */
-function snapshot(host: FakeHost, folder: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  const walk = (dir: string) => {
-    if (!fs.existsSync(dir)) return;
-    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
-      const full = path.join(dir, entry.name);
-      if (entry.isDirectory()) walk(full);
-      else out[path.relative(host.root, full)] = fs.readFileSync(full, 'latin1');
-    }
-  };
-  walk(path.join(host.root, folder));
-  return out;
-}
-
-const systemctlCalls = (host: FakeHost) => {
-  const log = path.join(host.root, 'run/crio-standin/systemctl.log');
-  return fs.existsSync(log) ? fs.readFileSync(log, 'utf8').split('\n').filter(l => /^(reload|restart) /.test(l)) : [];
-};
-
-/** What the stand-in daemon serves now (`crio status config`), parsed. */
-const served = (host: FakeHost): any => parse(host.run(['crio', 'status', 'config']));
+let crio: CrioHosts;
 
 function args(host: FakeHost, extra: string[] = []): string[] {
   return [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', '--health-timeout=5', '--set-gather=0', ...extra];
@@ -186,6 +32,7 @@ function expectOk(r: InstallerRun): void {
 }
 
 beforeAll(async () => {
+  crio = new CrioHosts(work);
   bundle = buildInstaller(work);
   server = await startArtifactServer();
   artifact = await publishShim(server, work);
@@ -193,14 +40,14 @@ beforeAll(async () => {
   v1Artifact = { url: server.put('shim-v1.tgz', v1), sha256: sha256(v1) };
 });
 afterAll(async () => {
-  for (const host of hosts) await host.stop();
+  await crio?.stopAll();
   await server?.close();
   fs.rmSync(work, { recursive: true, force: true });
 });
 
 test('CRI-O 1.29 (reloads its runtimes on SIGHUP): detected, our drop-in written and reloaded, served, uninstalled byte for byte', async () => {
   // GIVEN a CRI-O node with the distribution's crio.conf and drop-in and kata-deploy's drop-in
-  const host = await crioHost('1.29.1');
+  const host = await crio.host('1.29.1');
   const etcBefore = snapshot(host, 'etc/crio');
 
   // WHEN the shim is installed (nothing says CRI-O: it is detected)
@@ -256,7 +103,7 @@ test('CRI-O 1.29 (reloads its runtimes on SIGHUP): detected, our drop-in written
 });
 
 test('CRI-O 1.23 (before 1.26): the same change restarts CRI-O instead, install and uninstall', async () => {
-  const host = await crioHost('1.23.2');
+  const host = await crio.host('1.23.2');
   const etcBefore = snapshot(host, 'etc/crio');
   const install = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
   expectOk(install);
@@ -279,7 +126,7 @@ test.each([
   ['our file name taken by a file that is not ours', () => [`--location=${artifact.url}`], /99-rcm-rcmtest.conf exists and was not written by the installer/,
     { 'etc/crio/crio.conf.d/99-rcm-rcmtest.conf': '[crio.runtime.runtimes.rcmtest]\nruntime_path = "/usr/bin/other"\n' }],
 ])('refused, with nothing changed: %s', async (_what, extra, message, files) => {
-  const host = await crioHost('1.29.1', files);
+  const host = await crio.host('1.29.1', files);
   const etcBefore = snapshot(host, 'etc/crio');
   const r = await runBundle(bundle, 'install', [...args(host), ...extra()]);
   expect(r.code).toBe(4);
@@ -295,15 +142,15 @@ test.each([
   ['1.23.2', 'restart', ['restart crio', 'restart crio']],
 ] as const)('CRI-O %s refuses the new config after the %s: rolled back (exit 5), served as before', async (version, _how, calls) => {
   // GIVEN a CRI-O (stand-in) that refuses any configuration defining rcmtest
-  const host = await crioHost(version, { 'etc/crio-standin/refuse': 'rcmtest' });
+  const host = await crio.host(version, { 'etc/crio-standin/refuse': 'rcmtest' });
   const etcBefore = snapshot(host, 'etc/crio');
   // WHEN installing
   const r = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
   // THEN the check failed, the drop-in and binary are gone, CRI-O was reloaded (restarted) again and serves without the handler
   expect(r.code).toBe(5);
   expect(r.result).toMatchObject({ reason: 'RestartFailedRolledBack' });
-  expect(r.result.message).toMatch(version === '1.29.1' ? /^CRI-O failed after the change \(.*CRI-O does not list handler rcmtest\).*CRI-O is serving again$/
-    : /^CRI-O failed after the change \(.*CRI-O does not answer.*CRI-O is serving again$/);
+  expect(r.result.message).toMatch(version === '1.29.1' ? /^CRI-O \(crio.service\) failed after the change \(.*CRI-O does not list handler rcmtest\).*CRI-O \(crio.service\) is serving again$/
+    : /^CRI-O \(crio.service\) failed after the change \(systemctl restart crio exited 1 \(crio.service\): Job for crio.service failed .*CRI-O \(crio.service\) is serving again$/);
   expect(snapshot(host, 'etc/crio')).toEqual(etcBefore);
   expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims/rcmtest'))).toBe(false);
   expect(fs.existsSync(path.join(host.root, 'opt/rcm/journal/rcmtest.json'))).toBe(false);
@@ -313,7 +160,7 @@ test.each([
 });
 
 test('two Shims installed at once on a CRI-O node: one reload for both (the change sets of containerd nodes)', async () => {
-  const host = await crioHost('1.29.1');
+  const host = await crio.host('1.29.1');
   const [a, b] = await Promise.all(['rcm-a', 'rcm-b'].map(handler => runBundle(bundle, 'install', [
     `--host-root=${host.root}`, `--host-pid=${host.pid}`, `--handler=${handler}`, '--shim-name=rcmtest', '--retries=0', '--health-timeout=5',
     '--set-gather=5', `--location=${artifact.url}`,
@@ -329,7 +176,7 @@ test('two Shims installed at once on a CRI-O node: one reload for both (the chan
 
 test('an OCI runtime in a payload (runc\'s shim type): oci with the payload\'s runtime as runtime_path; uninstall collects the payload', async () => {
   // GIVEN a payload as a gVisor-like Shim ships it: runc's shim and a runtime wrapper
-  const host = await crioHost('1.29.1');
+  const host = await crio.host('1.29.1');
   const etcBefore = snapshot(host, 'etc/crio');
   const tgz = await tarGz(work, { 'bin/containerd-shim-runc-v2': shimBinary(), 'bin/runc-wrapper': Buffer.from('#!/bin/sh\nexec runc "$@"\n') });
   const url = server.put('oci-payload.tgz', tgz);
@@ -351,7 +198,7 @@ test('an OCI runtime in a payload (runc\'s shim type): oci with the payload\'s r
 });
 
 test('a new version: the drop-in is rewritten to the new binary, reloaded once, the old version removed', async () => {
-  const host = await crioHost('1.29.1');
+  const host = await crio.host('1.29.1');
   const first = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
   expectOk(first);
   const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': Buffer.concat([shimBinary(), Buffer.from('version 2')]) });
@@ -367,7 +214,7 @@ test('a new version: the drop-in is rewritten to the new binary, reloaded once, 
 });
 
 test('an installer killed after writing the drop-in: the next run finishes the change (reload, check, record) from the journal', async () => {
-  const host = await crioHost('1.29.1');
+  const host = await crio.host('1.29.1');
   // GIVEN an install held right after the drop-in was written, then SIGKILLed
   const child = spawn(process.execPath, [bundle, 'install', `--result-file=${path.join(work, 'killed.json')}`, ...args(host), `--location=${artifact.url}`],
     { env: { PATH: process.env.PATH, RCM_TEST_PAUSE_AT: 'config-written' } });
@@ -394,8 +241,7 @@ test('an installer killed after writing the drop-in: the next run finishes the c
 });
 
 test('--distro=crio on a host without crio: refused (exit 4), nothing changed', async () => {
-  const host = await startFakeHost({ 'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN }, 'while true; do sleep 1; done');
-  hosts.push(host);
+  const host = crio.add(await startFakeHost({ 'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN }, 'while true; do sleep 1; done'));
   const r = await runBundle(bundle, 'install', [...args(host), '--distro=crio', `--location=${artifact.url}`]);
   expect(r.code).toBe(4);
   expect(r.result).toMatchObject({ reason: 'CrioHandlerRefused', message: expect.stringMatching(/^crio was not found on the host .*searched \/usr\/local\/sbin:/) });
@@ -404,7 +250,7 @@ test('--distro=crio on a host without crio: refused (exit 4), nothing changed', 
 });
 
 test('uninstall leaves a file at our path that is not ours (exit 4, named); without the drop-in it removes only our files', async () => {
-  const host = await crioHost('1.29.1');
+  const host = await crio.host('1.29.1');
   const install = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
   expectOk(install);
   const dropIn = path.join(host.root, 'etc/crio/crio.conf.d/99-rcm-rcmtest.conf');
