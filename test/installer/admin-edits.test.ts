@@ -4,8 +4,8 @@ import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
 import { addRuntime, defaultRuntimesOf, removeRuntime } from '../../src/installer/containerd-config';
-import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
+import { fakeHostArgs, installerBench } from '../support/installer-bench';
+import { runBundle } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // Uninstall removes only what is ours and still as we wrote it. On a node without a config,
@@ -58,30 +58,17 @@ describe.each(CONTAINERD_BINARIES.filter(c => c.major < 2))('containerd $version
 });
 
 describe('the installer on a node without a config (fake host, containerd 1.6)', () => {
-  let bundle: string;
-  let server: ArtifactServer;
-  let host: FakeHost;
-  let url: string;
-  beforeAll(async () => {
-    bundle = buildInstaller(work);
-    server = await startArtifactServer();
-    url = (await publishShim(server, work)).url;
-    host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/.keep': '' }, 'while true; do sleep 1; done');
-  }, 60_000);
-  afterAll(async () => {
-    await host?.stop();
-    await server?.close();
-  });
+  const bench = installerBench({ work, shim: true, host: { 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/.keep': '' } });
 
   test('uninstall keeps the file, and its version, once an admin added to it', async () => {
-    const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--handler=rcmtest', '--restart=none', '--retries=0'];
-    const file = path.join(host.root, 'etc/containerd/config.toml');
-    expect((await runBundle(bundle, 'install', [...args, `--location=${url}`])).code).toBe(0);
+    const args = fakeHostArgs(bench.host);
+    const file = path.join(bench.host.root, 'etc/containerd/config.toml');
+    expect((await runBundle(bench.bundle, 'install', [...args, `--location=${bench.shim.url}`])).code).toBe(0);
     fs.appendFileSync(file, ADMIN);
-    const uninstall = await runBundle(bundle, 'uninstall', args);
+    const uninstall = await runBundle(bench.bundle, 'uninstall', args);
     expect(uninstall.code).toBe(0);
     expect(fs.existsSync(file)).toBe(true);
-    const config: any = parse(host.run(['containerd', '--config', '/etc/containerd/config.toml', 'config', 'dump']));
+    const config: any = parse(bench.host.run(['containerd', '--config', '/etc/containerd/config.toml', 'config', 'dump']));
     expect(cri(config).sandbox_image).toBe('registry.example.com/pause:3.9');
     expect(cri(config).containerd.runtimes.rcmtest).toBeUndefined();
   }, 60_000);

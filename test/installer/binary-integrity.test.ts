@@ -1,46 +1,33 @@
 import { spawn } from 'child_process';
 import * as crypto from 'crypto';
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
-import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { fakeHostArgs, installerBench, RUNC_ONLY_CONFIG as CONFIG } from '../support/installer-bench';
+import { runBundle, sha256, shimBinary, tarGz } from '../support/installer-bundle';
 
 // The installed binary is what was verified, byte for byte, and on disk before the config
 // names it. strace is the oracle of what reaches the disk (which files and folders are
 // fsynced, in which order).
 
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-integrity-'));
-const CONFIG = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n';
-let bundle: string;
-let server: ArtifactServer;
-let host: FakeHost;
+const bench = installerBench({ name: 'integrity', host: { 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': CONFIG } });
+const { work, bundle } = bench;
 let artifact: { url: string; sha256: string };
 /** Downloads of the artifact, counted by the server. */
 let downloads = 0;
 
 beforeAll(async () => {
-  bundle = buildInstaller(work);
-  server = await startArtifactServer();
   const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() });
   artifact = {
-    url: server.handle('shim.tgz', (_req, res) => {
+    url: bench.server.handle('shim.tgz', (_req, res) => {
       downloads++;
       res.writeHead(200, { 'content-length': tgz.length }).end(tgz);
     }),
     sha256: sha256(tgz),
   };
-  host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': CONFIG }, 'while true; do sleep 1; done');
 }, 60_000);
-afterAll(async () => {
-  await host?.stop();
-  await server?.close();
-  fs.rmSync(work, { recursive: true, force: true });
-});
 
-const args = () => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--handler=rcmtest', '--restart=none', '--retries=0',
-  `--location=${artifact.url}`, `--sha256=${artifact.sha256}`];
-const onHost = (p: string) => path.join(host.root, p);
+const args = () => [...fakeHostArgs(bench.host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`];
+const onHost = (p: string) => path.join(bench.host.root, p);
 const hashOf = (file: string) => crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
 const config = () => fs.readFileSync(onHost('etc/containerd/config.toml'), 'utf8');
 
@@ -131,7 +118,7 @@ test('the binary and its folders are fsynced before the config that names it is 
   });
   expect(code).toBe(0);
   const calls = fs.readFileSync(trace, 'utf8').split('\n').filter(l => /(fsync|rename)\(/.test(l));
-  const root = fs.realpathSync(host.root);
+  const root = fs.realpathSync(bench.host.root);
   const binary = JSON.parse(fs.readFileSync(path.join(work, 'traced.json'), 'utf8')).paths.binary as string;
   const index = (what: RegExp) => calls.findIndex(l => what.test(l));
   const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');

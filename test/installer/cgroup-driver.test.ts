@@ -4,8 +4,8 @@ import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
 import { addRuntime, inheritedCgroupOption } from '../../src/installer/containerd-config';
-import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
+import { fakeHostArgs, installerBench } from '../support/installer-bench';
+import { runBundle } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // The new handler runs its pods with the node's cgroup driver: SystemdCgroup of the default
@@ -57,23 +57,10 @@ describe.each(CONTAINERD_BINARIES.filter(c => c.version !== '1.7'))('containerd 
 });
 
 describe('the installer on a systemd-cgroup node (fake host)', () => {
-  let bundle: string;
-  let server: ArtifactServer;
-  let host: FakeHost;
-  let url: string;
-  beforeAll(async () => {
-    bundle = buildInstaller(work);
-    server = await startArtifactServer();
-    url = (await publishShim(server, work)).url;
-    host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': fixture('custom-runtimes-v2.toml') },
-      'while true; do sleep 1; done');
-  }, 60_000);
-  afterAll(async () => {
-    await host?.stop();
-    await server?.close();
-  });
-  const args = () => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--handler=rcmtest', '--restart=none', '--retries=0', `--location=${url}`];
-  const options = () => handlerOptions('/usr/bin/containerd', fs.readFileSync(path.join(host.root, 'etc/containerd/config.toml'), 'utf8'), 'io.containerd.grpc.v1.cri');
+  const bench = installerBench({ work, shim: true, host: { 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': fixture('custom-runtimes-v2.toml') } });
+  const { bundle } = bench;
+  const args = () => [...fakeHostArgs(bench.host), `--location=${bench.shim.url}`];
+  const options = () => handlerOptions('/usr/bin/containerd', fs.readFileSync(path.join(bench.host.root, 'etc/containerd/config.toml'), 'utf8'), 'io.containerd.grpc.v1.cri');
 
   test('gives the handler runc\'s SystemdCgroup = true, records it as inherited, and a Shim option overrides it', async () => {
     const r = await runBundle(bundle, 'install', args());
@@ -86,6 +73,6 @@ describe('the installer on a systemd-cgroup node (fake host)', () => {
     expect(own.code).toBe(0);
     expect(options()).toEqual({ SystemdCgroup: false });
     expect((await runBundle(bundle, 'uninstall', args())).code).toBe(0);
-    expect(fs.readFileSync(path.join(host.root, 'etc/containerd/config.toml'), 'utf8')).toBe(fixture('custom-runtimes-v2.toml'));
+    expect(fs.readFileSync(path.join(bench.host.root, 'etc/containerd/config.toml'), 'utf8')).toBe(fixture('custom-runtimes-v2.toml'));
   }, 60_000);
 });

@@ -1,8 +1,8 @@
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
-import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
+import { startFakeHost } from '../support/fake-host';
+import { fakeHostArgs, IDLE_INIT, installerBench, RUNC_ONLY_CONFIG as CONFIG } from '../support/installer-bench';
+import { runBundle } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // containerd replaced under an installed handler (a package upgrade, a new node image): the
@@ -10,29 +10,12 @@ import { CONTAINERD_BINARIES } from '../support/tools';
 // config with it. The binaries are Debian's containerd 1.6, 1.7 and 2.1, each the host's
 // /usr/bin/containerd in turn.
 
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-replaced-'));
-const CONFIG = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n';
 const [V16, V17, V21] = CONTAINERD_BINARIES;
-let bundle: string;
-let server: ArtifactServer;
-let host: FakeHost;
-let artifact: { url: string; sha256: string };
+const bench = installerBench({ name: 'replaced', shim: true, host: { 'usr/bin/containerd': { copy: V16.binary }, 'etc/containerd/config.toml': CONFIG } });
+const { bundle } = bench;
 
-beforeAll(async () => {
-  bundle = buildInstaller(work);
-  server = await startArtifactServer();
-  artifact = await publishShim(server, work);
-  host = await startFakeHost({ 'usr/bin/containerd': { copy: V16.binary }, 'etc/containerd/config.toml': CONFIG }, 'while true; do sleep 1; done');
-}, 60_000);
-afterAll(async () => {
-  await host?.stop();
-  await server?.close();
-  fs.rmSync(work, { recursive: true, force: true });
-});
-
-const args = () => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--handler=rcmtest', '--restart=none', '--retries=0',
-  `--location=${artifact.url}`, `--sha256=${artifact.sha256}`];
-const onHost = (p: string) => path.join(host.root, p);
+const args = () => [...fakeHostArgs(bench.host), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`];
+const onHost = (p: string) => path.join(bench.host.root, p);
 const config = () => fs.readFileSync(onHost('etc/containerd/config.toml'), 'utf8');
 const replaceContainerd = (binary: string) => {
   // As a package upgrade does: a new file renamed over the old one.
@@ -75,10 +58,9 @@ test('a handler installed under containerd 1.6 is drift once containerd is repla
 test('a containerd replaced by one that cannot read the config (a node image rolled back from 2.1 to 1.6) is a failure with a reason, and nothing changes', async () => {
   // GIVEN a host of containerd 2.1 with a config of version 3, and the handler installed there
   const v3 = 'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n';
-  const newer = await startFakeHost({ 'usr/bin/containerd': { copy: V21.binary }, 'etc/containerd/config.toml': v3 }, 'while true; do sleep 1; done');
+  const newer = await startFakeHost({ 'usr/bin/containerd': { copy: V21.binary }, 'etc/containerd/config.toml': v3 }, IDLE_INIT);
   try {
-    const argsOf = () => [`--host-root=${newer.root}`, `--host-pid=${newer.pid}`, '--distro=containerd', '--handler=rcmtest', '--restart=none', '--retries=0',
-      `--location=${artifact.url}`, `--sha256=${artifact.sha256}`];
+    const argsOf = () => [...fakeHostArgs(newer), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`];
     expect((await runBundle(bundle, 'install', argsOf())).code).toBe(0);
     const stateFile = path.join(newer.root, 'opt/rcm/state/rcmtest.json');
     const stateBefore = fs.readFileSync(stateFile, 'utf8');

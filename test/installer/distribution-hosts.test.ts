@@ -1,9 +1,9 @@
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
-import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
+import { containerdBaseConfig, FakeHost } from '../support/fake-host';
+import { installerBench } from '../support/installer-bench';
+import { runBundle } from '../support/installer-bundle';
 import { renderK3sConfig } from '../support/k3s';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
@@ -13,22 +13,8 @@ import { CONTAINERD_BINARIES } from '../support/tools';
 // containerd from the distribution's data folder, again after each restart). The installer bundle runs outside, with the
 // host's / under --host-root, as in its pod. The host's containerd judges the result.
 
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-distros-'));
-let bundle: string;
-let server: ArtifactServer;
-let artifact: { url: string; sha256: string };
-const hosts: FakeHost[] = [];
-
-beforeAll(async () => {
-  bundle = buildInstaller(work);
-  server = await startArtifactServer();
-  artifact = await publishShim(server, work);
-});
-afterAll(async () => {
-  for (const host of hosts) await host.stop();
-  await server?.close();
-  fs.rmSync(work, { recursive: true, force: true });
-});
+const bench = installerBench({ name: 'distros', shim: true });
+const { bundle } = bench;
 
 /**
  * Where k3s and rke2 keep containerd, its config and socket. Both unpack their binaries
@@ -79,7 +65,7 @@ const RESTART = 'old=$(cat /run/rancher-containerd.pid); kill $old; while kill -
 
 async function rancherHost(d: Rancher, containerd: { major: number; binary: string }, baseImports?: string): Promise<FakeHost> {
   const bin = path.dirname(containerd.binary);
-  const host = await startFakeHost({
+  const host = await bench.startHost({
     [`${d.data.slice(1)}/bin/containerd`]: { copy: path.join(bin, 'containerd') },
     [`${d.data.slice(1)}/bin/ctr`]: { copy: path.join(bin, 'ctr') },
     [d.link[0]]: { link: d.link[1] },
@@ -89,7 +75,6 @@ async function rancherHost(d: Rancher, containerd: { major: number; binary: stri
     [`etc/systemd/system/${d.unit}.service`]: '',
     'var/log/.keep': '',
   }, rancherInit(d, containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'));
-  hosts.push(host);
   await waitFor(() => host.run([`${d.bin}/ctr`, '--address', d.socket, 'version']));
   return host;
 }
@@ -137,7 +122,7 @@ describe.each(RANCHER_CASES)('$distro with containerd $version only in its own f
       '--retries=0', '--health-timeout=30'];
 
     // WHEN the shim is installed (distribution detected, no paths given)
-    const install = await runBundle(bundle, 'install', [...args, `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+    const install = await runBundle(bundle, 'install', [...args, `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]);
 
     // THEN containerd was found and run from the distribution's folder, and told its version
     expect(install.stderr).not.toMatch(/ERROR/);
@@ -187,7 +172,7 @@ test('k3s whose base imports a drop-in folder (containerd 2.1): a drop-in there,
   const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--restart=command', `--restart-command=${RESTART}`,
     '--retries=0', '--health-timeout=30'];
   // WHEN installing
-  const install = await runBundle(bundle, 'install', [...args, `--location=${artifact.url}`]);
+  const install = await runBundle(bundle, 'install', [...args, `--location=${bench.shim.url}`]);
   // THEN the handler is in a drop-in of that folder, no template was made, and k3s's containerd serves it
   expect(install.stderr).not.toMatch(/ERROR/);
   expect(install.code).toBe(0);
@@ -203,13 +188,12 @@ test('k3s whose base imports a drop-in folder (containerd 2.1): a drop-in there,
 test('k0s: containerd only in /var/lib/k0s/bin; the drop-in is written in the schema of that containerd', async () => {
   // GIVEN a k0s node (k0s reloads its drop-in folder itself: no restart)
   const c16 = CONTAINERD_BINARIES[0];
-  const host = await startFakeHost({
+  const host = await bench.startHost({
     'var/lib/k0s/bin/containerd': { copy: c16.binary },
     'etc/k0s/containerd.d/.keep': '',
-  }, 'while true; do sleep 1; done');
-  hosts.push(host);
+  });
   // WHEN installing
-  const r = await runBundle(bundle, 'install', [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', `--location=${artifact.url}`]);
+  const r = await runBundle(bundle, 'install', [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', `--location=${bench.shim.url}`]);
   // THEN the host's containerd told the version, and reads the drop-in with the handler
   expect(r.stderr).not.toMatch(/ERROR/);
   expect(r.code).toBe(0);
@@ -221,10 +205,9 @@ test('k0s: containerd only in /var/lib/k0s/bin; the drop-in is written in the sc
 }, 60_000);
 
 test('a host without containerd anywhere: refused with exit 4, naming where it looked, host untouched', async () => {
-  const host = await startFakeHost({ 'etc/containerd/config.toml': 'version = 2\n' }, 'while true; do sleep 1; done');
-  hosts.push(host);
+  const host = await bench.startHost({ 'etc/containerd/config.toml': 'version = 2\n' });
   const r = await runBundle(bundle, 'install', [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0',
-    `--location=${artifact.url}`, '--restart=command', '--restart-command=true', '--health-timeout=2']);
+    `--location=${bench.shim.url}`, '--restart=command', '--restart-command=true', '--health-timeout=2']);
   expect(r.stderr).toMatch(/containerd was not found on the host .*searched=\/usr\/local\/sbin:\/usr\/local\/bin:\/usr\/sbin:\/usr\/bin:\/sbin:\/bin/);
   expect(r.code).toBe(4);
   expect(r.result.message).toMatch(/containerd not found on the host \(searched \/usr\/local\/sbin:/);

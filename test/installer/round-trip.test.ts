@@ -4,8 +4,8 @@ import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
 import { addRuntime, detectConfigVersion, removeRuntime, RUNTIMES_PATH, tableHeaderKeys } from '../../src/installer/containerd-config';
-import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { fakeHostArgs, installerBench } from '../support/installer-bench';
+import { publishShimVersions, runBundle } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // Another tool rewrites the config with a TOML round trip (nvidia-ctk, or an admin's
@@ -85,30 +85,24 @@ describe.each(CASES)('$label, rewritten by `config dump`', ({ binary, major, fix
 });
 
 describe('the installer after an admin\'s `config dump > config.toml` (fake host, containerd 1.6)', () => {
-  let bundle: string;
-  let server: ArtifactServer;
-  let host: FakeHost;
-  const urls: Record<string, string> = {};
-  beforeAll(async () => {
-    bundle = buildInstaller(work);
-    server = await startArtifactServer();
-    urls.v1 = server.put('v1.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() }));
-    urls.v2 = server.put('v2.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': Buffer.concat([shimBinary(), Buffer.from([0])]) }));
-    host = await startFakeHost({
+  const bench = installerBench({
+    work,
+    host: {
       'usr/bin/containerd': { copy: '/usr/bin/containerd' },
       'etc/containerd/config.toml': fs.readFileSync(path.join(FIXTURES, 'custom-runtimes-v2.toml'), 'utf8'),
-    }, 'while true; do sleep 1; done');
-  }, 60_000);
-  afterAll(async () => {
-    await host?.stop();
-    await server?.close();
+    },
   });
-  const args = () => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--handler=rcmtest', '--restart=none', '--retries=0'];
+  const { bundle } = bench;
+  let urls: { v1: string; v2: string };
+  beforeAll(async () => {
+    urls = await publishShimVersions(bench.server, work);
+  }, 60_000);
+  const args = () => fakeHostArgs(bench.host);
   const roundTrip = () => {
-    const file = path.join(host.root, 'etc/containerd/config.toml');
-    fs.writeFileSync(file, host.run(['containerd', '--config', '/etc/containerd/config.toml', 'config', 'dump']));
+    const file = path.join(bench.host.root, 'etc/containerd/config.toml');
+    fs.writeFileSync(file, bench.host.run(['containerd', '--config', '/etc/containerd/config.toml', 'config', 'dump']));
   };
-  const effective = () => handlerOf(host.run(['containerd', '--config', '/etc/containerd/config.toml', 'config', 'dump']));
+  const effective = () => handlerOf(bench.host.run(['containerd', '--config', '/etc/containerd/config.toml', 'config', 'dump']));
 
   test('upgrades and uninstalls the handler it no longer sees markers around', async () => {
     const v1 = await runBundle(bundle, 'install', [...args(), `--location=${urls.v1}`]);
@@ -118,7 +112,7 @@ describe('the installer after an admin\'s `config dump > config.toml` (fake host
     expect(v2.stderr).not.toMatch(/ERROR/);
     expect(v2.code).toBe(0);
     expect(effective().runtime_type).toBe(v2.result.paths.binary);
-    expect(fs.existsSync(path.join(host.root, v1.result.paths.binary))).toBe(false);
+    expect(fs.existsSync(path.join(bench.host.root, v1.result.paths.binary))).toBe(false);
     roundTrip();
     const uninstall = await runBundle(bundle, 'uninstall', args());
     expect(uninstall.code).toBe(0);

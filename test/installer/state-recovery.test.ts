@@ -1,9 +1,8 @@
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
 import { parseState } from '../../src/installer/state';
-import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, runBundle, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { fakeHostArgs, installerBench } from '../support/installer-bench';
+import { publishShimVersions, runBundle } from '../support/installer-bundle';
 
 // A damaged state file (emptied by a full disk, cut short, edited by hand) is reported and
 // ignored: every command still works by what containerd's config shows.
@@ -46,31 +45,17 @@ describe('parseState', () => {
 });
 
 describe('the installer with a damaged state file, on a fake host', () => {
-  const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-state-'));
   const CONFIG = '# the admin\'s config\nversion = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "registry.k8s.io/pause:3.9"\n'
     + '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n';
-  let bundle: string;
-  let server: ArtifactServer;
-  let host: FakeHost;
-  const urls: Record<string, string> = {};
-
+  const bench = installerBench({ name: 'state', host: { 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': CONFIG } });
+  let urls: { v1: string; v2: string };
   beforeAll(async () => {
-    bundle = buildInstaller(work);
-    server = await startArtifactServer();
-    urls.v1 = server.put('v1.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': shimBinary() }));
-    urls.v2 = server.put('v2.tgz', await tarGz(work, { 'containerd-shim-rcmtest-v2': Buffer.concat([shimBinary(), Buffer.from([0])]) }));
-    host = await startFakeHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': CONFIG }, 'while true; do sleep 1; done');
+    urls = await publishShimVersions(bench.server, bench.work);
   }, 60_000);
-  afterAll(async () => {
-    await host?.stop();
-    await server?.close();
-    fs.rmSync(work, { recursive: true, force: true });
-  });
 
-  const args = [() => `--host-root=${host.root}`, () => `--host-pid=${host.pid}`, () => '--distro=containerd', () => '--handler=rcmtest', () => '--restart=none', () => '--retries=0'];
-  const run = (command: string, extra: string[] = []) => runBundle(bundle, command, [...args.map(a => a()), ...extra]);
-  const stateFile = () => path.join(host.root, 'opt/rcm/state/rcmtest.json');
-  const config = () => fs.readFileSync(path.join(host.root, 'etc/containerd/config.toml'), 'utf8');
+  const run = (command: string, extra: string[] = []) => runBundle(bench.bundle, command, [...fakeHostArgs(bench.host), ...extra]);
+  const stateFile = () => path.join(bench.host.root, 'opt/rcm/state/rcmtest.json');
+  const config = () => fs.readFileSync(path.join(bench.host.root, 'etc/containerd/config.toml'), 'utf8');
 
   test('an emptied state file: status says so; uninstall still removes the handler and our files', async () => {
     // GIVEN an install whose state file was emptied afterwards
@@ -86,7 +71,7 @@ describe('the installer with a damaged state file, on a fake host', () => {
     expect(uninstall.code).toBe(0);
     expect(uninstall.result.outcome).toBe('uninstalled');
     expect(config()).toBe(CONFIG);
-    expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims/rcmtest'))).toBe(false);
+    expect(fs.existsSync(path.join(bench.host.root, 'opt/rcm/shims/rcmtest'))).toBe(false);
     expect(fs.existsSync(stateFile())).toBe(false);
   }, 60_000);
 
@@ -102,8 +87,8 @@ describe('the installer with a damaged state file, on a fake host', () => {
     expect(v2.stderr).toMatch(/is not valid JSON/);
     expect(config().split('BEGIN runtime-class-manager handler rcmtest').length).toBe(2);
     expect(config()).toContain(v2.result.paths.binary);
-    expect(fs.existsSync(path.join(host.root, v1.result.paths.binary))).toBe(false);
-    expect(fs.readdirSync(path.join(host.root, 'opt/rcm/shims/rcmtest'))).toEqual([path.basename(path.dirname(v2.result.paths.binary))]);
+    expect(fs.existsSync(path.join(bench.host.root, v1.result.paths.binary))).toBe(false);
+    expect(fs.readdirSync(path.join(bench.host.root, 'opt/rcm/shims/rcmtest'))).toEqual([path.basename(path.dirname(v2.result.paths.binary))]);
     expect(JSON.parse(fs.readFileSync(stateFile(), 'utf8'))).toMatchObject({ binary: v2.result.paths.binary, sha256: expect.any(String) });
     // AND the same install again is a no-op once more
     expect((await run('install', [`--location=${urls.v2}`, `--sha256=${v2.result.sha256}`])).result.outcome).toBe('unchanged');

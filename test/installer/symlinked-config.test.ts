@@ -1,10 +1,10 @@
 import { execFileSync } from 'child_process';
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
-import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
+import { FakeHost } from '../support/fake-host';
+import { fakeHostArgs, installerBench } from '../support/installer-bench';
+import { runBundle } from '../support/installer-bundle';
 
 // A symlinked containerd config under --host-root, as config management leaves it. The
 // built bundle runs against a fake host (test/support/fake-host.ts: its own mount namespace
@@ -12,34 +12,19 @@ import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactSe
 // node's containerd reads through the link.
 
 const FIXTURE = fs.readFileSync(path.join(__dirname, '..', 'fixtures', 'containerd', 'custom-runtimes-v2.toml'), 'utf8');
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-symlinks-'));
-let bundle: string;
-let server: ArtifactServer;
-let artifact: { url: string; sha256: string };
-const hosts: FakeHost[] = [];
-
-beforeAll(async () => {
-  bundle = buildInstaller(work);
-  server = await startArtifactServer();
-  artifact = await publishShim(server, work);
-});
-afterAll(async () => {
-  for (const host of hosts) await host.stop();
-  await server?.close();
-  fs.rmSync(work, { recursive: true, force: true });
-});
+const bench = installerBench({ name: 'symlinks', shim: true });
+const { bundle } = bench;
+/** The hosts by their root. */
+const hosts = new Map<string, FakeHost>();
 
 /** A fake host with containerd in /usr/bin and these files (text) and links (`{ link: target }`). */
 async function hostRoot(entries: Record<string, string | { link: string }>): Promise<string> {
-  const host = await startFakeHost({ ...entries, 'usr/bin/containerd': { copy: '/usr/bin/containerd' } }, 'while true; do sleep 1; done');
-  hosts.push(host);
+  const host = await bench.startHost({ ...entries, 'usr/bin/containerd': { copy: '/usr/bin/containerd' } });
+  hosts.set(host.root, host);
   return host.root;
 }
 
-function args(root: string): string[] {
-  const host = hosts.find(h => h.root === root)!;
-  return [`--host-root=${root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--restart=none', '--handler=rcmtest', '--retries=0'];
-}
+const args = (root: string) => fakeHostArgs(hosts.get(root)!);
 
 /** Every path under the host root, to show that nothing changed. */
 function listing(root: string): string[] {
@@ -68,7 +53,7 @@ describe.each([
     const podConfig = fs.existsSync('/etc/containerd/config.toml') ? fs.readFileSync('/etc/containerd/config.toml', 'utf8') : undefined;
 
     // WHEN the shim is installed
-    const install = await runBundle(bundle, 'install', [...args(root), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+    const install = await runBundle(bundle, 'install', [...args(root), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]);
 
     // THEN the link is still the same link, and its target holds the handler next to everything it had
     expect(install.stderr).not.toMatch(/ERROR/);
@@ -86,7 +71,7 @@ describe.each([
     expect(fs.existsSync('/etc/containerd/config.toml') ? fs.readFileSync('/etc/containerd/config.toml', 'utf8') : undefined).toBe(podConfig);
 
     // WHEN it is installed again THEN nothing changes
-    const again = await runBundle(bundle, 'install', [...args(root), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+    const again = await runBundle(bundle, 'install', [...args(root), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]);
     expect(again.result.outcome).toBe('unchanged');
 
     // WHEN it is uninstalled THEN the target is the original byte for byte and the link stays
@@ -102,7 +87,7 @@ describe.each([
 test('a link whose target does not exist yet: the target is created, and removed again on uninstall; the link stays', async () => {
   const root = await hostRoot({ 'etc/containerd/config.toml': { link: '/srv/containerd/config.toml' } });
   const link = path.join(root, 'etc/containerd/config.toml');
-  const install = await runBundle(bundle, 'install', [...args(root), `--location=${artifact.url}`]);
+  const install = await runBundle(bundle, 'install', [...args(root), `--location=${bench.shim.url}`]);
   expect(install.code).toBe(0);
   expect(fs.readlinkSync(link)).toBe('/srv/containerd/config.toml');
   expect(runtimesOf(dump(path.join(root, 'srv/containerd/config.toml'))).rcmtest.runtime_type).toBe(install.result.paths.binary);
@@ -114,7 +99,7 @@ test('a link whose target does not exist yet: the target is created, and removed
 
 test('the install root behind a link (/opt -> /var/opt) is used through it, inside the host root', async () => {
   const root = await hostRoot({ 'etc/containerd/config.toml': FIXTURE, 'opt': { link: '/var/opt' }, 'var/opt/.keep': '' });
-  const install = await runBundle(bundle, 'install', [...args(root), `--location=${artifact.url}`]);
+  const install = await runBundle(bundle, 'install', [...args(root), `--location=${bench.shim.url}`]);
   expect(install.code).toBe(0);
   expect(fs.lstatSync(path.join(root, 'opt')).isSymbolicLink()).toBe(true);
   expect(fs.existsSync(path.join(root, 'var', install.result.paths.binary))).toBe(true);
@@ -126,7 +111,7 @@ test('the install root behind a link (/opt -> /var/opt) is used through it, insi
 test('a config link loop is refused with exit 4 and the host untouched', async () => {
   const root = await hostRoot({ 'etc/containerd/config.toml': { link: 'other.toml' }, 'etc/containerd/other.toml': { link: '/etc/containerd/config.toml' } });
   const before = listing(root);
-  const r = await runBundle(bundle, 'install', [...args(root), `--location=${artifact.url}`]);
+  const r = await runBundle(bundle, 'install', [...args(root), `--location=${bench.shim.url}`]);
   expect(r.code).toBe(4);
   expect(r.result).toMatchObject({ reason: 'HostPathUnresolvable' });
   expect(r.stderr).toMatch(/too many levels of symbolic links resolving \/etc\/containerd\/config.toml/);

@@ -9,9 +9,14 @@ import * as tar from 'tar';
 // The node installer as users run it: the esbuild bundle of src/installer/main.ts, run by
 // node in a child process, with artifacts served over HTTP on 127.0.0.1.
 
+/** Where buildInstaller(dir) writes the bundle. */
+export function bundlePath(dir: string): string {
+  return path.join(dir, 'rcm-node-installer.js');
+}
+
 /** Bundles the installer into `dir`; returns the bundle's path. */
 export function buildInstaller(dir: string): string {
-  const out = path.join(dir, 'rcm-node-installer.js');
+  const out = bundlePath(dir);
   buildSync({ entryPoints: [path.join(__dirname, '..', '..', 'src', 'installer', 'main.ts')], bundle: true, platform: 'node', target: 'node20', outfile: out, logLevel: 'error' });
   return out;
 }
@@ -96,13 +101,21 @@ export async function startArtifactServer(): Promise<ArtifactServer> {
   };
 }
 
-/** A real shim: containerd's runc shim under the name containerd-shim-NAME-v2. */
 /** The test shim (see shimBinary) as a tarball served by `server`: where most installer tests start. */
 export async function publishShim(server: ArtifactServer, dir: string): Promise<{ url: string; sha256: string }> {
   const tgz = await tarGz(dir, { 'containerd-shim-rcmtest-v2': shimBinary() });
   return { url: server.put('shim.tgz', tgz), sha256: sha256(tgz) };
 }
 
+/** Two versions of the test shim (the second one byte longer), served by `server` as v1.tgz and v2.tgz. */
+export async function publishShimVersions(server: ArtifactServer, dir: string): Promise<{ v1: string; v2: string }> {
+  return {
+    v1: server.put('v1.tgz', await tarGz(dir, { 'containerd-shim-rcmtest-v2': shimBinary() })),
+    v2: server.put('v2.tgz', await tarGz(dir, { 'containerd-shim-rcmtest-v2': Buffer.concat([shimBinary(), Buffer.from([0])]) })),
+  };
+}
+
+/** A real shim: containerd's runc shim under the name containerd-shim-NAME-v2. */
 export function shimBinary(): Buffer {
   return fs.readFileSync('/usr/bin/containerd-shim-runc-v2');
 }
