@@ -156,3 +156,24 @@ test('CRI-O exits on the reload and is not restarted by systemd: the rollback st
   expect(served(host).crio.runtime.runtimes.rcmtest).toBeUndefined();
   expect(fs.existsSync(path.join(host.root, 'opt/rcm/shims/rcmtest'))).toBe(false);
 });
+
+test('a restart that leaves crio.service down for good: exit 6 naming crio.service, then the next installer stops at the failed unit (exit 7, CrioUnitFailed)', async () => {
+  // GIVEN CRI-O 1.23 (changes restart it) in a unit without Restart=, which from now on refuses to start at all
+  const host = await crio.host('1.23.2', { 'etc/crio-standin/no-restart': '' });
+  fs.writeFileSync(path.join(host.root, 'etc/crio-standin/refuse'), 'runc');
+  // WHEN installing: the restart fails, and so does the one after the rollback
+  const r = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  expect(r.code).toBe(6);
+  expect(r.result).toMatchObject({
+    reason: 'RestartFailedNotRolledBack',
+    message: expect.stringMatching(/^CRI-O \(crio\.service\) failed after the change \(systemctl restart crio exited 1 \(crio\.service\): Job for crio\.service failed .*\) and is still failing after restoring the previous config \(.*\): the node needs a human$/),
+  });
+  expect(systemctlCalls(host)).toEqual(['restart crio', 'restart crio']);
+  expect(read(host, 'run/crio-standin/failed')).toBe('exit-code\n');
+  expect(fs.existsSync(path.join(host.root, 'run/crio/crio.sock'))).toBe(false);
+  // THEN the next installer finds crio.service failed: CRI-O's reason, and it restarts nothing
+  const next = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  expect(next.code).toBe(7);
+  expect(next.result).toMatchObject({ reason: 'CrioUnitFailed', message: expect.stringMatching(/^crio\.service is failed \(exit-code\)/) });
+  expect(systemctlCalls(host)).toEqual(['restart crio', 'restart crio']);
+});
