@@ -34,6 +34,44 @@ interface NodeState {
 }
 
 const HANDLER_LABEL = `.${ShimNodeLabels.DOMAIN}/handler`;
+const INSTALLED_ANNOTATION = `.${ShimNodeLabels.DOMAIN}/installed`;
+
+/** The reason of a request refused because another Shim holds its handler on the node. */
+export const HANDLER_CLAIMED = 'HandlerClaimedByAnotherShim';
+
+/**
+ * Another Shim's claim, on this node, to the handler of `shim`'s request, as the node record
+ * shows it: that Shim's record lists the handler installed, or it asked for the handler here
+ * first (a request admitted earlier and not answered yet). The controller admits no such
+ * request (the older Shim keeps a handler; an install waits for another Shim's uninstall), so
+ * one that arrives comes from a controller with another view (a second controller, a stale
+ * cache). It is refused with a reason, rather than the last writer replacing the other Shim's
+ * binary or removing its handler. Undefined: no other claim.
+ */
+export function otherClaim(annotations: Readonly<Record<string, string>>, shim: string, admitted: AdmittedRequest): string | undefined {
+  for (const [key, text] of Object.entries(annotations)) {
+    if (!key.endsWith(INSTALLED_ANNOTATION)) continue;
+    const owner = key.slice(0, -INSTALLED_ANNOTATION.length);
+    if (owner === shim) continue;
+    let entries: unknown;
+    try {
+      entries = JSON.parse(text);
+    } catch {
+      continue;
+    }
+    if (Array.isArray(entries) && entries.some(e => e?.handler === admitted.handler)) {
+      return `handler ${admitted.handler} is installed on this node by Shim "${owner}"; the ${admitted.operation} of Shim "${shim}" would take it over`;
+    }
+  }
+  for (const other of requestsOn(annotations)) {
+    if (other.shim === shim || other.admitted.handler !== admitted.handler) continue;
+    if (other.result && other.result.phase !== 'running') continue;
+    const [theirs, ours] = [other.admitted, admitted];
+    const first = theirs.createdAt < ours.createdAt || (theirs.createdAt === ours.createdAt && theirs.name < ours.name);
+    if (first) return `Shim "${other.shim}" asked for handler ${admitted.handler} on this node first (${other.admitted.operation} ${other.admitted.name})`;
+  }
+  return undefined;
+}
 
 /**
  * Requests are started together once none came for a while: the installers then need no
@@ -204,7 +242,7 @@ export class NodeAgent {
       await report(r);
     };
     try {
-      const result = await this.runInstaller(admitted);
+      const result = await this.runInstaller(shim, admitted);
       await outcomeReport({
         phase: 'succeeded',
         finishedAt: new Date().toISOString(),
@@ -223,8 +261,10 @@ export class NodeAgent {
   }
 
   /** The installer, in this process, with the request's flags and the agent's own (which win). */
-  private runInstaller(admitted: AdmittedRequest): Promise<InstallResult> {
+  private runInstaller(shim: string, admitted: AdmittedRequest): Promise<InstallResult> {
     const request = admitted.request;
+    const claim = otherClaim(this.node?.annotations ?? {}, shim, admitted);
+    if (claim) throw new InstallerError(ExitCode.CONFIG_FAILED, HANDLER_CLAIMED, `${claim}: refused, nothing changed`);
     if (request.artifactFile !== undefined) {
       // An artifact in an image is copied out by a Job's init container; the agent pulls no images.
       throw new InstallerError(ExitCode.BAD_INPUT, 'ImageArtifactNeedsJobs',

@@ -10,6 +10,7 @@ import { ShimNodeLabels } from '../../src/shared/node-labels';
 import { CrioHosts, served, systemctlCalls } from '../installer/crio-standins';
 import { FakeHost } from '../support/fake-host';
 import { ArtifactServer, publishShim, startArtifactServer } from '../support/installer-bundle';
+import { NodeStandIn } from '../support/node-stand-in';
 import { eventually } from '../support/rest';
 
 // The node agent on a CRI-O node (install mode NodeAgent): the agent's own code, in this
@@ -32,47 +33,6 @@ const log = new Logger(false);
 let server: ArtifactServer;
 let artifact: { url: string; sha256: string };
 let crio: CrioHosts;
-
-/** The agent's Node, in memory: merge patches applied (null removes) and sent to the watch as MODIFIED. */
-class NodeStandIn {
-  readonly node = { metadata: { name: 'n1', resourceVersion: '1', labels: {} as Record<string, string>, annotations: {} as Record<string, string> } };
-  readonly patches: any[] = [];
-  private readonly listeners = new Set<(event: any) => void>();
-
-  /** The agent watches the node (events from now on reach it). */
-  get watched(): boolean {
-    return this.listeners.size > 0;
-  }
-
-  async get(): Promise<any> {
-    return structuredClone(this.node);
-  }
-
-  watch(_path: string, onEvent: (event: any) => void): { done: Promise<void>; abort: () => void } {
-    let end!: () => void;
-    const done = new Promise<void>(res => { end = res; });
-    this.listeners.add(onEvent);
-    return { done, abort: () => { this.listeners.delete(onEvent); end(); } };
-  }
-
-  async mergePatch(_path: string, patch: any): Promise<any> {
-    this.patches.push(patch);
-    this.apply(patch);
-    return structuredClone(this.node);
-  }
-
-  /** A change of the node (by the agent, or by the test as the controller). */
-  apply(patch: { metadata: { labels?: Record<string, string | null>; annotations?: Record<string, string | null> } }): void {
-    for (const field of ['labels', 'annotations'] as const) {
-      for (const [k, v] of Object.entries(patch.metadata[field] ?? {})) {
-        if (v === null) delete this.node.metadata[field][k];
-        else this.node.metadata[field][k] = v;
-      }
-    }
-    this.node.metadata.resourceVersion = String(Number(this.node.metadata.resourceVersion) + 1);
-    for (const l of this.listeners) l({ type: 'MODIFIED', object: structuredClone(this.node) });
-  }
-}
 
 function hostArgs(host: FakeHost): string[] {
   return [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--retries=0', '--health-timeout=5', '--set-gather=0'];
