@@ -16,10 +16,11 @@ import {
   CrioVersion, isOurDropIn, parseCrioVersion, CrioHandler,
 } from './crio-config';
 import { ExitCode, InstallerError } from './errors';
-import { DistroLayout, HostContext, hostCommand, onHost, writeAtomically } from './host';
+import { DistroLayout, HostContext, hostCommand, onHost, removeAndPrune, writeAtomically } from './host';
 import { LockWaiters } from './host-lock';
 import { hostSearchPath } from './host-tools';
-import type { Fetched, InstallResult } from './install';
+import { ConfigBackups, Fetched, HostVersions, shimsDir } from './host-versions';
+import type { InstallResult } from './install';
 import { InstallerOptions } from './options';
 import { CrioInstallState, InstallState } from './state';
 import { pauseForTests } from './test-hooks';
@@ -122,6 +123,10 @@ export interface CrioContext {
   readonly changed: string[];
   readonly solo: boolean;
   readonly joinedAt: number | undefined;
+  /** The handler's versioned files on the host. */
+  readonly versions: HostVersions;
+  /** The backups of the file this run edits (our drop-in). */
+  readonly backups: ConfigBackups;
   readState(): InstallState | undefined;
   intact(state: InstallState, layout: DistroLayout): boolean;
   fetch(): Promise<Fetched>;
@@ -130,18 +135,10 @@ export interface CrioContext {
   /** Whether the running CRI-O serves these handlers (CrioRestart.verify), without a reload. */
   verify(layout: DistroLayout, installs: readonly HandlerCheck[]): Promise<string | undefined>;
   joinMembers(): Promise<void>;
-  versionPaths(sha256: string, shimFileName: string): { binary: string; payloadDir?: string };
-  inspectVersion(fetched: Fetched, binary: string, payloadDir: string | undefined): { exists: boolean; damaged: boolean };
-  writeVersion(fetched: Fetched, binary: string, payloadDir: string | undefined, exists: boolean, damaged: boolean): Promise<void>;
   expandOptions(payloadDir: string | undefined): Record<string, string>;
-  backupPath(): string;
-  backup(text: string, hostFile: string): void;
   /** The clean-up after a completed change (unused payloads, old backups). */
   cleanUp(): void;
-  shimsDir(): string;
   stateFile(): string;
-  isPayload(hostPath: string): boolean;
-  removeAndPrune(target: string): void;
 }
 
 /** CRI-O's main config and every file of its drop-in folder (host path → text) but `ours`, in the order CRI-O reads them. */
@@ -216,7 +213,7 @@ export class CrioChange {
     const fetched = prefetched ?? await ctx.fetch();
     if (state && fetched.sha256 === state.sha256 && ctx.intact(state, layout)) return inPlace(state);
 
-    const { binary, payloadDir } = ctx.versionPaths(fetched.sha256, fetched.shim.name);
+    const { binary, payloadDir } = ctx.versions.paths(fetched.sha256, fetched.shim.name);
     // Everything CRI-O would refuse is refused here, before anything on the host changes.
     const dropInFile = onHost(o, layout.config);
     const original = fs.existsSync(dropInFile) ? fs.readFileSync(dropInFile, 'utf8') : undefined;
@@ -245,7 +242,7 @@ export class CrioChange {
     for (const what of handler.ignored) ctx.log.warn(`CRI-O has no equivalent of the Shim's ${what}: it is left out of the handler`, { handler: o.handler });
 
     const previousBinary = state?.binary;
-    const { exists, damaged } = ctx.inspectVersion(fetched, binary, payloadDir);
+    const { exists, damaged } = ctx.versions.inspect(fetched, binary, payloadDir);
     const configChanges = original !== text;
     const folderCreated = !fs.existsSync(path.dirname(dropInFile));
     const newState: CrioInstallState = {
@@ -268,7 +265,8 @@ export class CrioChange {
       crio: { kind: handler.kind, runtimePath: handler.runtimePath, build: this.version.build },
     };
     const stateText = JSON.stringify(newState, null, 2) + '\n';
-    const oldVersion = previousBinary && previousBinary !== binary && !ctx.isPayload(previousBinary) ? path.posix.dirname(previousBinary) : undefined;
+    const replacesVersion = previousBinary && previousBinary !== binary && !ctx.versions.isPayload(previousBinary);
+    const oldVersion = replacesVersion ? path.posix.dirname(previousBinary) : undefined;
     const journal = configChanges ? {
       handler: o.handler,
       operation: 'install' as const,
@@ -282,7 +280,7 @@ export class CrioChange {
       createdPaths: [...(exists ? [] : [payloadDir ?? path.posix.dirname(binary)]), ...(folderCreated ? [path.posix.dirname(layout.config)] : [])],
       removeWhenDone: oldVersion ? [oldVersion] : [],
       stateToWrite: { file: ctx.stateFile(), text: stateText },
-      ...(original !== undefined ? { backup: ctx.backupPath() } : {}),
+      ...(original !== undefined ? { backup: ctx.backups.path() } : {}),
       ...ctx.sets.membership(),
       startedAt: new Date().toISOString(),
     } : undefined;
@@ -291,7 +289,7 @@ export class CrioChange {
       await ctx.joinMembers();
       ctx.sets.save(journal);
     }
-    await ctx.writeVersion(fetched, binary, payloadDir, exists, damaged);
+    await ctx.versions.write(fetched, binary, payloadDir, exists, damaged);
     await pauseForTests('binary-written');
     const result: InstallResult = {
       ...base,
@@ -306,7 +304,7 @@ export class CrioChange {
       return result;
     };
     if (journal) {
-      if (journal.backup) ctx.backup(original!, journal.backup);
+      if (journal.backup) ctx.backups.save(original!, journal.backup);
       writeAtomically(dropInFile, text, 0o644);
       ctx.changed.push(`${original === undefined ? 'created' : 'rewrote'} ${layout.config}: handler ${o.handler} (${handler.kind})`);
       ctx.sets.save({ ...journal, phase: 'config-written' });
@@ -317,7 +315,7 @@ export class CrioChange {
     // The same drop-in (a repaired binary, a lost record): nothing for CRI-O to read again.
     writeAtomically(onHost(o, ctx.stateFile()), stateText, 0o600);
     if (oldVersion) {
-      ctx.removeAndPrune(onHost(o, oldVersion));
+      removeAndPrune(ctx.o, onHost(o, oldVersion));
       ctx.changed.push(`removed previous version ${previousBinary}`);
     }
     return finish();
@@ -386,21 +384,21 @@ export class CrioChange {
         edited: null,
         mode: 0o644,
         createdPaths: [],
-        removeWhenDone: [ctx.shimsDir(), ctx.stateFile()],
-        backup: ctx.backupPath(),
+        removeWhenDone: [shimsDir(ctx.o), ctx.stateFile()],
+        backup: ctx.backups.path(),
         ...ctx.sets.membership(),
         startedAt: new Date().toISOString(),
       };
       await ctx.joinMembers();
       ctx.sets.save(journal);
-      ctx.backup(original, journal.backup);
+      ctx.backups.save(original, journal.backup);
       fs.rmSync(file, { force: true });
       const folder = path.dirname(file);
       if (state?.configFolderCreated && fs.readdirSync(folder).length === 0) fs.rmdirSync(folder);
       ctx.changed.push(`removed ${configFile} (handler ${o.handler})`);
       ctx.sets.save({ ...journal, phase: 'config-written' });
       await pauseForTests('config-written');
-      if (state) ctx.changed.push(`removed ${state.payloadDir ?? ctx.shimsDir()}`);
+      if (state) ctx.changed.push(`removed ${state.payloadDir ?? shimsDir(ctx.o)}`);
       return ctx.sets.commit({
         journal,
         result,
@@ -411,9 +409,9 @@ export class CrioChange {
       }, waiters, ctx.solo, ctx.joinedAt);
     }
     // The record without its drop-in: only our files are left to remove.
-    ctx.removeAndPrune(onHost(o, ctx.shimsDir()));
-    ctx.removeAndPrune(onHost(o, ctx.stateFile()));
-    ctx.changed.push(`removed ${state!.payloadDir ?? ctx.shimsDir()}`);
+    removeAndPrune(ctx.o, onHost(o, shimsDir(ctx.o)));
+    removeAndPrune(ctx.o, onHost(o, ctx.stateFile()));
+    ctx.changed.push(`removed ${state!.payloadDir ?? shimsDir(ctx.o)}`);
     ctx.cleanUp();
     return result;
   }

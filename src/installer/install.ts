@@ -2,7 +2,7 @@ import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { isShimEntry, scanArchive, ShimBinary, treeDigest, treeFiles, unpackPayload, unpackShim } from './artifact';
+import { isShimEntry, scanArchive, treeDigest, treeFiles, unpackPayload, unpackShim } from './artifact';
 import { ChangeSets, isPending, Pending } from './change-set';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
@@ -15,11 +15,12 @@ import { ExitCode, InstallerError, configFailed, fetchFailed } from './errors';
 import { download, takeLocal } from './fetch';
 import {
   containerdVersion, ContainerdVersion, detectDistro, DistroLayout, HostContext, hostCommand, hostContext, layoutFor, onHost,
-  removeAndPrune, sha256Of, syncFolder, withDropIn, writeAtomically, writeVerified,
+  removeAndPrune, sha256Of, withDropIn, writeAtomically,
 } from './host';
 import { hostLockPath, HostLockError, LockWaiters, withHostLock } from './host-lock';
 import { HostPathError } from './host-paths';
 import { findHostTool } from './host-tools';
+import { ConfigBackups, Fetched, HostVersions, isPayload, payloadsDir, shimsDir, versionPaths } from './host-versions';
 import { Journal } from './journal';
 import { artifactFor, Distro, InstallerOptions } from './options';
 import { preflight, PreflightContext } from './preflight';
@@ -29,6 +30,7 @@ import { Timer } from './timer';
 import { Logger } from '../shared/log';
 
 export type { InstallState } from './state';
+export type { Fetched } from './host-versions';
 
 export interface InstallResult {
   outcome: 'installed' | 'unchanged' | 'uninstalled' | 'not-installed' | 'status' | 'failed';
@@ -93,29 +95,6 @@ function declaresNothing(text: string): boolean {
   return Object.keys(parseConfig(text)).every(key => key === 'version');
 }
 
-/** A downloaded, verified and unpacked artifact (in the installer's scratch folder). */
-export interface Fetched {
-  readonly url: string;
-  /** The artifact's sha256 (what --sha256 names). */
-  readonly sha256: string;
-  /** The shim binary's own sha256 (what the installed file must hash to). */
-  readonly binarySha256: string;
-  readonly shim: ShimBinary;
-  /** A payload of several files: its unpacked folder and content digest. */
-  readonly payload?: { readonly dir: string; readonly digest: string };
-}
-
-/** Where this handler's binaries live, one folder per version (a host path). */
-function shimsDir(o: InstallerOptions): string {
-  return path.join(o.installRoot, 'shims', o.handler);
-}
-
-/** Where this handler's payloads live, one folder per version (a host path). */
-function payloadsDir(o: InstallerOptions): string {
-  return path.join(o.installRoot, 'payloads', o.handler);
-}
-
-/** The placeholder in runtime options for the installed payload's folder. */
 const PAYLOAD_PLACEHOLDER = '${PAYLOAD}';
 
 /** The options as written: `${PAYLOAD}` replaced by the payload folder (a host path). */
@@ -153,31 +132,6 @@ function toStrings(settings: object): Record<string, string> {
   return Object.fromEntries(Object.entries(settings).map(([k, v]) => [k, JSON.stringify(v)]));
 }
 
-/**
- * Whether a process on the host runs a program from `folder` (given as the host sees it and
- * as this process sees it). The installer runs with the host's PID namespace, so /proc
- * lists the host's processes: a pod's shim, or runsc that a shim runs again for every
- * container operation, keeps its payload in use.
- */
-function folderInUse(hostFolder: string, localFolder: string): number | undefined {
-  let pids: string[];
-  try {
-    pids = fs.readdirSync('/proc').filter(p => /^[0-9]+$/.test(p));
-  } catch {
-    return undefined;
-  }
-  for (const pid of pids) {
-    let exe: string;
-    try {
-      exe = fs.readlinkSync(`/proc/${pid}/exe`);
-    } catch {
-      continue; // gone, or a kernel thread
-    }
-    if (exe.startsWith(hostFolder + '/') || exe.startsWith(localFolder + '/')) return Number(pid);
-  }
-  return undefined;
-}
-
 export class Installer {
   private readonly timer = new Timer();
   private readonly changed: string[] = [];
@@ -208,6 +162,9 @@ export class Installer {
   private crio?: CrioChange;
   /** The node's change sets (journals, outcomes), once the host is known. */
   private sets!: ChangeSets;
+  /** This handler's versioned files on the host, once the host is known. */
+  private versions!: HostVersions;
+  private readonly backups: ConfigBackups;
   /** The installers whose changes are written (a live one's change set is open, not interrupted). */
   private members?: LockWaiters;
   private leaveMembers?: () => void;
@@ -221,6 +178,7 @@ export class Installer {
    */
   constructor(private readonly o: InstallerOptions, private readonly log: Logger, private readonly embedded = false) {
     this.id = `${o.handler}-${process.pid}-${crypto.randomBytes(4).toString('hex')}`;
+    this.backups = new ConfigBackups(o);
   }
 
   async run(): Promise<InstallResult> {
@@ -286,6 +244,7 @@ export class Installer {
     this.members = new LockWaiters(lock, this.log, 'members');
     this.restart = distro === 'crio' ? new CrioRestart(this.o, this.host, this.log, this.timer, lock, crio) : new ContainerdRestart(this.o, this.host, this.log, this.timer, lock);
     this.sets = new ChangeSets(this.o, this.log, this.timer, this.restart, this.id, lock, this.members);
+    this.versions = new HostVersions(this.o, this.log, this.changed, this.sets);
     if (distro === 'crio') this.crio = new CrioChange(this.crioContext(scratch), crio);
     const base: InstallResult = {
       outcome: 'failed',
@@ -417,7 +376,7 @@ export class Installer {
     if (!state || !o.sha256 || state.sha256 !== o.sha256 || state.binarySha256 === undefined) return undefined;
     if (o.artifactFile !== undefined || (o.payloadShim !== undefined) !== (state.payloadDir !== undefined)) return undefined;
     const name = path.basename(state.binary);
-    if (this.versionPaths(state.sha256, name).binary !== state.binary) return undefined; // another install root or layout
+    if (versionPaths(o, state.sha256, name).binary !== state.binary) return undefined; // another install root or layout
     const binaryOnHost = onHost(o, state.binary);
     if (!fs.existsSync(binaryOnHost) || sha256Of(binaryOnHost) !== state.binarySha256) return undefined;
     let payload: Fetched['payload'];
@@ -493,8 +452,8 @@ export class Installer {
 
     // The versioned path: a new version never overwrites a binary running pods use. A
     // payload is one folder per version; its shim is a file in it.
-    const { binary, payloadDir } = this.versionPaths(fetched.sha256, shim.name);
-    const { exists, damaged } = this.inspectVersion(fetched, binary, payloadDir);
+    const { binary, payloadDir } = this.versions.paths(fetched.sha256, shim.name);
+    const { exists, damaged } = this.versions.inspect(fetched, binary, payloadDir);
 
     // The edit is computed and checked before anything on the host changes.
     const original = configExists ? fs.readFileSync(configFile, 'utf8') : undefined;
@@ -541,6 +500,8 @@ export class Installer {
       ...(this.containerdBuild ? { containerdBuild: this.containerdBuild } : {}),
     };
     const stateText = JSON.stringify(newState, null, 2) + '\n';
+    // A previous version's binary folder goes once the change is done (a payload's, once no process runs from it: collectPayloads).
+    const replacesVersion = previousBinary !== undefined && previousBinary !== binary && !isPayload(o, previousBinary);
 
     // The intent first: an interrupted run is finished or undone by the next one.
     const journal: Journal | undefined = configChanges ? {
@@ -553,10 +514,9 @@ export class Installer {
       mode,
       binary,
       createdPaths: [...(exists ? [] : [payloadDir ?? path.posix.dirname(binary)]), ...(folderCreated ? [path.posix.dirname(layout.config)] : [])],
-      // A payload of a previous version goes once no process runs from it (collectPayloads).
-      removeWhenDone: previousBinary && previousBinary !== binary && !this.isPayload(previousBinary) ? [path.posix.dirname(previousBinary)] : [],
+      removeWhenDone: replacesVersion ? [path.posix.dirname(previousBinary!)] : [],
       stateToWrite: { file: stateFile(o), text: stateText },
-      ...(original !== undefined ? { backup: this.backupPath() } : {}),
+      ...(original !== undefined ? { backup: this.backups.path() } : {}),
       ...this.sets.membership(),
       startedAt: new Date().toISOString(),
     } : undefined;
@@ -566,7 +526,7 @@ export class Installer {
       this.sets.save(journal);
     }
 
-    await this.writeVersion(fetched, binary, payloadDir, exists, damaged);
+    await this.versions.write(fetched, binary, payloadDir, exists, damaged);
     await pauseForTests('binary-written');
 
     const result: InstallResult = {
@@ -579,23 +539,23 @@ export class Installer {
       state: newState,
     };
     const finish = async (): Promise<InstallResult> => {
-      this.collectPayloads();
-      this.rotateBackups();
+      this.versions.collectPayloads();
+      this.backups.rotate();
       return result;
     };
     if (journal) {
-      if (journal.backup) this.backup(original!, journal.backup);
+      if (journal.backup) this.backups.save(original!, journal.backup);
       writeAtomically(configFile, edited.text, mode);
       this.changed.push(`${original === undefined ? 'created' : 'edited'} ${layout.config}: handler ${o.handler}`);
       this.sets.save({ ...journal, phase: 'config-written' });
       await pauseForTests('config-written');
-      if (previousBinary && previousBinary !== binary && !this.isPayload(previousBinary)) this.changed.push(`removed previous version ${previousBinary}`);
+      if (replacesVersion) this.changed.push(`removed previous version ${previousBinary}`);
       return this.sets.commit({ journal, result, finish }, waiters, this.solo, this.joinedAt);
     }
     // No config change (a repaired binary, a lost record): nothing for containerd to read again.
     writeAtomically(statePath(o), stateText, 0o600);
     await pauseForTests('state-written');
-    if (previousBinary && previousBinary !== binary && !this.isPayload(previousBinary)) this.removeVersion(previousBinary);
+    if (replacesVersion) this.versions.remove(previousBinary!);
     return finish();
   }
 
@@ -645,80 +605,15 @@ export class Installer {
       touched: () => { this.hostTouched = true; },
       verify: (layout, installs) => this.restart.verify(layout, installs),
       joinMembers: () => this.joinMembers(),
-      versionPaths: (sha256, name) => this.versionPaths(sha256, name),
-      inspectVersion: (fetched, binary, payloadDir) => this.inspectVersion(fetched, binary, payloadDir),
-      writeVersion: (fetched, binary, payloadDir, exists, damaged) => this.writeVersion(fetched, binary, payloadDir, exists, damaged),
+      versions: this.versions,
+      backups: this.backups,
       expandOptions: payloadDir => expandOptions(this.o.runtimeOptions, payloadDir),
-      backupPath: () => this.backupPath(),
-      backup: (text, hostFile) => this.backup(text, hostFile),
       cleanUp: () => {
-        this.collectPayloads();
-        this.rotateBackups();
+        this.versions.collectPayloads();
+        this.backups.rotate();
       },
-      shimsDir: () => shimsDir(this.o),
       stateFile: () => stateFile(this.o),
-      isPayload: hostPath => this.isPayload(hostPath),
-      removeAndPrune: target => this.removeAndPrune(target),
     };
-  }
-
-  /** Whether this version's binary (or payload folder) is on the host already, and whether it holds other bytes (damage). */
-  private inspectVersion(fetched: Fetched, binary: string, payloadDir: string | undefined): { exists: boolean; damaged: boolean } {
-    const binaryOnHost = onHost(this.o, binary);
-    const versionOnHost = payloadDir ? onHost(this.o, payloadDir) : path.dirname(binaryOnHost);
-    const exists = payloadDir ? fs.existsSync(versionOnHost) : fs.existsSync(binaryOnHost);
-    // Other bytes at our versioned path are damage (a truncated or edited file): rewrite them.
-    const damaged = exists && (fetched.payload
-      ? treeDigest(versionOnHost) !== fetched.payload.digest
-      : sha256Of(binaryOnHost) !== fetched.binarySha256);
-    return { exists, damaged };
-  }
-
-  /** Writes this version's binary (or payload) unless it is there intact; on failure what this created goes and the journal is cleared. */
-  private async writeVersion(fetched: Fetched, binary: string, payloadDir: string | undefined, exists: boolean, damaged: boolean): Promise<void> {
-    const o = this.o;
-    const { shim } = fetched;
-    const binaryOnHost = onHost(o, binary);
-    const versionOnHost = payloadDir ? onHost(o, payloadDir) : path.dirname(binaryOnHost);
-    // Undo removes exactly the folders this install created (never a repaired binary).
-    let createdForBinary: string | undefined;
-    const undoBinary = () => {
-      if (createdForBinary) this.removeAndPrune(createdForBinary);
-    };
-    if (fetched.payload && (!exists || damaged)) {
-      createdForBinary = this.writePayload(fetched.payload.dir, versionOnHost, fetched.payload.digest, damaged);
-      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${payloadDir} (${treeFiles(fetched.payload.dir).length} files)`);
-    } else if (!exists || damaged) {
-      if (!exists) createdForBinary = fs.mkdirSync(path.dirname(binaryOnHost), { recursive: true }) ?? path.dirname(binaryOnHost);
-      // The shim's bytes (their sha256 is binarySha256; a payload's shim, a file, goes with its
-      // payload above): the file must read back as them.
-      let misread: string | undefined;
-      try {
-        misread = await writeVerified(binaryOnHost, shim.data ?? fs.readFileSync(shim.file), 0o755);
-      } catch (e) {
-        // A full disk or an I/O error: what this run created goes, and the node is as it was.
-        undoBinary();
-        this.sets.clear(o.handler);
-        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed', `${binary} could not be written: ${(e as Error).message}`);
-      }
-      if (misread !== undefined) {
-        undoBinary();
-        this.sets.clear(o.handler);
-        throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
-          `${binary} reads back with sha256 ${misread}, not the shim's ${fetched.binarySha256}: the host's disk did not keep what was written`);
-      }
-      // The new folders' entries too, up to the first folder that was there before.
-      const stop = createdForBinary && path.dirname(createdForBinary);
-      for (let d = path.dirname(binaryOnHost); stop && d !== stop; d = path.dirname(d)) syncFolder(path.dirname(d));
-      this.changed.push(`${damaged ? 'repaired' : 'installed'} ${binary}`);
-    }
-  }
-
-  /** Where an artifact of this sha256 is installed: its versioned binary, and the payload folder of a payload. */
-  private versionPaths(sha256: string, shimFileName: string): { binary: string; payloadDir?: string } {
-    const version = sha256.slice(0, 16);
-    const payloadDir = this.o.payloadShim !== undefined ? path.join(payloadsDir(this.o), version) : undefined;
-    return { binary: payloadDir ? path.join(payloadDir, this.o.payloadShim!) : path.join(shimsDir(this.o), version, shimFileName), payloadDir };
   }
 
   private preflightContext(): PreflightContext {
@@ -746,7 +641,7 @@ export class Installer {
     const configFile = onHost(o, layout.config);
     const original = fs.existsSync(configFile) ? fs.readFileSync(configFile, 'utf8') : undefined;
     const state = this.readState();
-    const { binary, payloadDir } = this.versionPaths(o.sha256, this.likelyShimFileName(state));
+    const { binary, payloadDir } = versionPaths(o, o.sha256, this.likelyShimFileName(state));
     const { edited } = await this.planEdit(layout, major, state, original, binary, payloadDir, false);
     if (edited.text === original || importsFiles(edited.text)) return;
     await this.timer.time('preflightAhead', () => preflight(this.preflightContext(), layout, edited.text, binary));
@@ -763,7 +658,7 @@ export class Installer {
 
   /** The shim's file name in the artifact, as far as is known before it is unpacked. */
   private likelyShimFileName(state: InstallState | undefined): string {
-    const recorded = state && !this.isPayload(state.binary) ? path.posix.basename(state.binary) : undefined;
+    const recorded = state && !isPayload(this.o, state.binary) ? path.posix.basename(state.binary) : undefined;
     const shimFile = new RegExp(`^containerd-shim-${this.o.shimName.replace(/[^a-z0-9-]/g, '')}-v[0-9]+$`);
     return recorded && shimFile.test(recorded) ? recorded : `containerd-shim-${this.o.shimName}-v2`;
   }
@@ -817,13 +712,13 @@ export class Installer {
         mode,
         createdPaths: [],
         removeWhenDone: [shimsDir(o), stateFile(o)],
-        backup: this.backupPath(),
+        backup: this.backups.path(),
         ...this.sets.membership(),
         startedAt: new Date().toISOString(),
       };
       await this.joinMembers();
       this.sets.save(journal);
-      this.backup(original!, journal.backup!);
+      this.backups.save(original!, journal.backup!);
       if (removable) {
         fs.rmSync(configFile, { force: true });
         const folder = path.dirname(configFile);
@@ -840,16 +735,16 @@ export class Installer {
         journal,
         result,
         finish: async () => {
-          this.collectPayloads();
-          this.rotateBackups();
+          this.versions.collectPayloads();
+          this.backups.rotate();
           return result;
         },
       }, waiters, this.solo, this.joinedAt);
     }
-    this.removeAndPrune(onHost(o, shimsDir(o)));
-    this.removeAndPrune(statePath(o));
+    removeAndPrune(this.o, onHost(o, shimsDir(o)));
+    removeAndPrune(this.o, statePath(o));
     if (state) this.changed.push(`removed ${state.payloadDir ?? shimsDir(o)}`);
-    this.collectPayloads();
+    this.versions.collectPayloads();
     if (!state) return notInstalled;
     return { ...base, outcome: 'uninstalled', message: `handler ${o.handler} uninstalled` };
   }
@@ -896,7 +791,7 @@ export class Installer {
   /** The binary the config gives our handler, when it is one of ours (under our shims folder). */
   private ownBinaryIn(configText: string, version: ConfigVersion): string | undefined {
     const shim = handlerBinary(configText, version, this.o.handler);
-    return shim !== undefined && (shim.startsWith(shimsDir(this.o) + '/') || this.isPayload(shim)) ? shim : undefined;
+    return shim !== undefined && (shim.startsWith(shimsDir(this.o) + '/') || isPayload(this.o, shim)) ? shim : undefined;
   }
 
   /** What of the recorded install is no longer on the host (the binary, or the handler in the config); undefined when all is there. */
@@ -978,7 +873,6 @@ export class Installer {
     return layout.template ? BASE_TEMPLATE : '';
   }
 
-
   private async defaultRuntimes(): Promise<Record<string, any> | undefined> {
     // Asked once per run: a preflight run ahead and the edit under the lock may both need them.
     this.defaults ??= hostCommand(this.host, ['containerd', 'config', 'default'], 30_000).then(r => {
@@ -986,110 +880,5 @@ export class Installer {
       return defaultRuntimesOf(r.stdout);
     });
     return this.defaults;
-  }
-
-  /** Removes a file or folder, then its parents below the install root while they are empty. */
-  private removeAndPrune(target: string): void {
-    removeAndPrune(this.o, target);
-  }
-
-  /** Where the config as it was before this edit is saved (a host path). */
-  private backupPath(): string {
-    const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-    return path.join(this.o.installRoot, 'backups', this.o.handler, `${stamp}-${path.basename(this.o.config ?? 'config.toml')}`);
-  }
-
-  /** Saves the file as it was before this edit at `hostFile` (an undo removes it, and the folders it made). */
-  private backup(text: string, hostFile: string): void {
-    const file = onHost(this.o, hostFile);
-    fs.mkdirSync(path.dirname(file), { recursive: true });
-    fs.writeFileSync(file, text, { mode: 0o600 });
-  }
-
-  /** Keeps the five newest backups; run only after a change succeeded. */
-  private rotateBackups(): void {
-    const dir = this.backupDir();
-    if (!fs.existsSync(dir)) return;
-    const backups = fs.readdirSync(dir).sort();
-    for (const old of backups.slice(0, Math.max(0, backups.length - 5))) fs.rmSync(path.join(dir, old), { force: true });
-  }
-
-  private backupDir(): string {
-    return onHost(this.o, path.join(this.o.installRoot, 'backups', this.o.handler));
-  }
-
-  /** Whether a host path lies in one of our payload folders (of any handler). */
-  private isPayload(hostPath: string): boolean {
-    return hostPath.startsWith(path.join(this.o.installRoot, 'payloads') + '/');
-  }
-
-  /**
-   * Copies an unpacked payload to its versioned folder: written beside it, synced, checked
-   * against its digest and renamed into place, so the folder is either whole or absent. A
-   * damaged folder is moved aside (processes may still run from it) and collected later.
-   * Returns the topmost folder this created (what an undo removes).
-   */
-  private writePayload(source: string, target: string, digest: string, damaged: boolean): string {
-    const parent = path.dirname(target);
-    const created = fs.mkdirSync(parent, { recursive: true });
-    const temporary = `${target}.partial-${process.pid}`;
-    fs.rmSync(temporary, { recursive: true, force: true });
-    fs.cpSync(source, temporary, { recursive: true, preserveTimestamps: true, verbatimSymlinks: true });
-    for (const rel of treeFiles(temporary)) {
-      const file = path.join(temporary, rel);
-      if (fs.lstatSync(file).isFile()) {
-        const fd = fs.openSync(file, 'r');
-        fs.fsyncSync(fd);
-        fs.closeSync(fd);
-      }
-    }
-    const written = treeDigest(temporary);
-    if (written !== digest) {
-      fs.rmSync(temporary, { recursive: true, force: true });
-      if (created) fs.rmSync(created, { recursive: true, force: true });
-      throw new InstallerError(ExitCode.UNEXPECTED, 'BinaryWriteFailed',
-        `the payload copied to ${temporary} reads back with another content digest: the host's disk did not keep what was written`);
-    }
-    if (damaged) fs.renameSync(target, `${target}.damaged-${Date.now()}`);
-    fs.renameSync(temporary, target);
-    syncFolder(parent);
-    return created ?? target;
-  }
-
-  /**
-   * Removes payload versions no config refers to any more (neither this handler's current
-   * one nor another handler's) once no process on the host runs from them; those still in
-   * use stay for a later run. Old runsc or kata binaries must outlive their pods: a shim
-   * runs them again to stop or delete a container.
-   */
-  private collectPayloads(): void {
-    const root = path.join(this.o.installRoot, 'payloads');
-    const rootOnHost = onHost(this.o, root);
-    if (!fs.existsSync(rootOnHost)) return;
-    for (const handler of fs.readdirSync(rootOnHost)) {
-      const stateOf = onHost(this.o, path.join(this.o.installRoot, 'state', `${handler}.json`));
-      const parsed = fs.existsSync(stateOf) ? parseState(fs.readFileSync(stateOf, 'utf8'), handler, stateOf) : undefined;
-      // An unreadable record of another handler: its payloads are left alone.
-      if (parsed?.problem) continue;
-      const current = parsed?.state?.payloadDir;
-      if (fs.existsSync(onHost(this.o, this.sets.journalFile(handler)))) continue;
-      for (const version of fs.readdirSync(path.join(rootOnHost, handler))) {
-        const hostFolder = path.join(root, handler, version);
-        if (hostFolder === current) continue;
-        const pid = folderInUse(hostFolder, onHost(this.o, hostFolder));
-        if (pid !== undefined) {
-          this.log.info('an old payload stays while a process runs from it', { payload: hostFolder, pid });
-          continue;
-        }
-        this.removeAndPrune(onHost(this.o, hostFolder));
-        this.changed.push(`removed unused payload ${hostFolder}`);
-      }
-    }
-  }
-
-  private removeVersion(binary: string): void {
-    // Unlinking is safe for running shims (they keep the inode); only overwriting is not.
-    this.removeAndPrune(path.dirname(onHost(this.o, binary)));
-    this.changed.push(`removed previous version ${binary}`);
   }
 }
