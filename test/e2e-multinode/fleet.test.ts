@@ -2,14 +2,17 @@ import * as fs from 'fs';
 import { ClientRequest } from 'http';
 import * as https from 'https';
 import * as path from 'path';
-import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
 import { parse } from 'smol-toml';
-import { MaxUpdate, PullPolicy, Rollout, RuntimeClassManager, ShimConstructProps, ShimNodeLabels } from '../../src';
-import { ArtifactServer, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
-import { ClusterNode, K3S_TEMPLATE, MultiNodeCluster, startMultiNodeCluster } from '../support/multi-node-cluster';
-import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../support/product-images';
+import { Rollout, ShimConstructProps, ShimNodeLabels } from '../../src';
+import {
+  addPayloadShim, applyApp, applyFile, Artifact, condition, containerdStarts, createPod, deleteWorkloads, diagnostics, fleet, getNode,
+  handlerOf, handlersOf, NS, payloadShim, podWhen, publishShimPayload, runtimeOf, setUpFleet, SHIMS, sleep, step as fleetStep, synthFleetApp,
+  workloadPod,
+} from '../support/fleet-app';
+import { ArtifactServer } from '../support/installer-bundle';
+import { K3S_TEMPLATE, MultiNodeCluster } from '../support/multi-node-cluster';
+import { INSTALLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
-import { BUSYBOX_IMAGE } from '../support/single-node-cluster';
 import { buildWasmImage, buildWasmPayload, WASM_VARIANT_ANNOTATION } from '../support/wasm';
 
 // The product on a fleet: three real kubelets 1.20.2 on this machine, one control plane, each
@@ -33,24 +36,17 @@ const NEXT_HANDLER = 'fleet-next';
 const PROBE = 'probe';
 const FLEET_LABEL = 'e2e.rcm.dev/fleet';
 const PROBE_LABEL = 'e2e.rcm.dev/probe';
-const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
-const NS = 'runtime-class-manager';
 const HANDLER_LABEL = ShimNodeLabels.handlerKey(SHIM);
 const STATE_LABEL = ShimNodeLabels.stateKey(SHIM);
 
+setUpFleet(NODES);
 let cluster: MultiNodeCluster;
 let api: Rest;
 let work: string;
 let server: ArtifactServer;
-let apiPort: number;
 /** Each node's effective containerd config, edited file and install root before anything was installed. */
 const start: Record<string, { dump: string; edited: string; link?: string }> = {};
 
-interface Artifact {
-  readonly handler: string;
-  readonly location: string;
-  readonly sha256: string;
-}
 const artifacts: Record<string, Artifact> = {};
 
 /**
@@ -63,16 +59,12 @@ const artifacts: Record<string, Artifact> = {};
  * those: no pod could start under it there ("type with url runtimeoptions.v1.Options: not found").
  */
 async function publish(version: string, handler: string): Promise<void> {
-  // Bytes after the end of an ELF file are ignored by the loader: same program, new checksum.
-  const binary = Buffer.concat([shimBinary(), Buffer.from(`\nrcm-fleet ${version}\n`)]);
-  const tgz = await tarGz(work, { [`containerd-shim-${handler}-v2`]: binary });
-  artifacts[version] = { handler, location: server.put(`${version}.tar.gz`, tgz), sha256: sha256(tgz) };
+  artifacts[version] = await publishShimPayload(version, handler, `rcm-fleet ${version}`);
 }
 
 /** Where the installer puts a version's shim on a node (the payload's own folder, named by the artifact's sha256). */
 function installedBinary(version: string): string {
-  const a = artifacts[version];
-  return `/opt/rcm/payloads/${a.handler}/${a.sha256.slice(0, 16)}/containerd-shim-${a.handler}-v2`;
+  return payloadShim(artifacts[version]);
 }
 
 /**
@@ -103,81 +95,26 @@ interface AppShim {
 }
 
 /**
- * The app a fleet operator writes: the manager with its defaults (systemd restarts, the
- * standard paths: nothing per node), rolling one node at a time. Test-only settings: local
- * images, quick retries and a short health timeout, and through escape hatches the host
- * network with the API server on 127.0.0.1 (there is no kube-proxy), no probes (the kubelet
- * would dial the node's non-loopback address) and listeners on 127.0.0.1 with ports of the
- * kernel's choosing (all nodes share the machine's network).
+ * The app a fleet operator writes (synthFleetApp: the manager with its defaults, nothing per
+ * node, and the test bed's overrides), rolling one node at a time, with `replicas` controllers.
  */
 function synthApp(shims: AppShim[], replicas = 1, createRuntimeClass?: boolean): string {
-  const app = new App();
-  const chart = new Chart(app, 'fleet');
-  const manager = new RuntimeClassManager(chart, 'Manager', {
-    controllerImage: CONTROLLER_IMAGE,
-    installerImage: INSTALLER_IMAGE,
-    imagePullPolicy: PullPolicy.IF_NOT_PRESENT,
-    replicas,
-    // policy/v1 PodDisruptionBudgets are served from Kubernetes 1.21; this cluster is 1.20.
-    podDisruptionBudget: false,
-    retryBackoff: Duration.seconds(2),
-    failureThreshold: 2,
-    installerEnv: { RCM_HEALTH_TIMEOUT: '12' },
-  });
-  for (const s of shims) {
-    if (s.props) {
-      manager.addShim(s.name, { ...s.props, nodeSelector: s.selector });
-      continue;
-    }
-    const a = artifacts[s.version];
-    manager.addShim(s.name, {
-      handler: a.handler,
-      runtimeClassName: s.name,
-      location: a.location,
-      sha256: a.sha256,
-      payload: { shim: `containerd-shim-${a.handler}-v2`, runtimeType: 'io.containerd.runc.v2' },
-      allowInsecureHttp: true,
-      nodeSelector: s.selector,
-      rollout: Rollout.rolling({ maxUpdate: MaxUpdate.count(1) }),
+  return synthFleetApp('fleet', { replicas }, manager => {
+    for (const s of shims) {
+      if (s.props) {
+        manager.addShim(s.name, { ...s.props, nodeSelector: s.selector });
+        continue;
+      }
       // By default the controller alone writes the RuntimeClass; `true` is the constructs' earlier
       // output, which the upgrade step applies before the handler change.
-      createRuntimeClass,
-    });
-  }
-  const container = '/spec/template/spec/containers/0';
-  const args: string[] = manager.deployment.toJson().spec.template.spec.containers[0].args;
-  const loopback = ['--metrics-bind-address', '--health-probe-bind-address'].map(flag => {
-    const index = args.findIndex(a => a.startsWith(`${flag}=`));
-    return JsonPatch.replace(`${container}/args/${index}`, `${flag}=127.0.0.1:0`);
+      addPayloadShim(manager, s.name, artifacts[s.version], s.selector, { createRuntimeClass });
+    }
   });
-  ApiObject.of(manager.deployment).addJsonPatch(
-    JsonPatch.add('/spec/template/spec/hostNetwork', true),
-    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' }),
-    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_PORT', value: String(apiPort) }),
-    JsonPatch.remove(`${container}/livenessProbe`),
-    JsonPatch.remove(`${container}/readinessProbe`),
-    JsonPatch.remove(`${container}/ports`),
-    ...loopback,
-  );
-  return app.synthYaml();
 }
 
 /** `cdk8s synth` then `kubectl apply --server-side`, pruning Shims no longer in the app the GitOps way: by deleting them. */
 function apply(shims: AppShim[], replicas = 1): void {
-  const file = path.join(work, `app-${Date.now()}.yaml`);
-  fs.writeFileSync(file, synthApp(shims, replicas));
-  applyFile(file);
-}
-
-function applyFile(file: string, extra: string[] = []): void {
-  const kubectl = cluster.controlPlane.kubectl;
-  try {
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', ...extra, '-f', file]);
-  } catch (e) {
-    if (!/no matches for kind "Shim"/.test(String((e as any).stderr ?? e))) throw e;
-    kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', ...extra, '-f', file]);
-  }
+  applyApp(synthApp(shims, replicas));
 }
 
 function label(node: string, key: string, value: string | null): void {
@@ -188,84 +125,12 @@ async function getShim(name: string): Promise<any> {
   return api.get(`${SHIMS}/${name}`);
 }
 
-function condition(s: any, type: string): any {
-  return (s?.status?.conditions ?? []).find((c: any) => c.type === type);
-}
-
 async function shimReady(name: string, nodes: number, revision?: (r: string) => boolean): Promise<any> {
   return eventually(async () => {
     const s = await getShim(name);
     return condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === nodes && s.status.nodes === nodes
       && (!revision || revision(s.status.revision)) ? s : undefined;
   }, 240_000, diagnostics);
-}
-
-async function getNode(name: string): Promise<any> {
-  return api.get(`/api/v1/nodes/${name}`);
-}
-
-/**
- * A workload pod. It shares its node's pid namespace, and its container ends by writing the
- * program its parent runs (the shim that started it: argv[0], the path containerd ran) to its
- * termination message (see runtimeOf).
- */
-function pod(name: string, command: string, options: { runtimeClassName?: string; nodeName?: string; restartPolicy?: 'Never' | 'OnFailure' } = {}): object {
-  const reportShim = 'read -r -d "" shim < /proc/$PPID/cmdline; echo "$shim" > /dev/termination-log';
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, namespace: 'default', labels: { 'e2e.rcm.dev/workload': 'true' } },
-    spec: {
-      hostNetwork: true,
-      hostPID: true,
-      restartPolicy: options.restartPolicy ?? 'Never',
-      terminationGracePeriodSeconds: 1,
-      ...(options.runtimeClassName ? { runtimeClassName: options.runtimeClassName } : {}),
-      ...(options.nodeName ? { nodeSelector: { 'kubernetes.io/hostname': options.nodeName } } : {}),
-      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', `${command}; ${reportShim}`] }],
-    },
-  };
-}
-
-async function createPod(object: object): Promise<void> {
-  await api.request('POST', '/api/v1/namespaces/default/pods', object);
-}
-
-async function podWhen(name: string, phases: string[], timeoutMs = 120_000): Promise<any> {
-  return eventually(async () => {
-    const p = await api.get(`/api/v1/namespaces/default/pods/${name}`);
-    return phases.includes(p.status?.phase) ? p : undefined;
-  }, timeoutMs, diagnostics);
-}
-
-async function deleteWorkloads(): Promise<void> {
-  await api.request('DELETE', '/api/v1/namespaces/default/pods?labelSelector=e2e.rcm.dev%2Fworkload%3Dtrue');
-  await eventually(async () => (await api.get('/api/v1/namespaces/default/pods?labelSelector=e2e.rcm.dev%2Fworkload%3Dtrue')).items.length === 0,
-    120_000, diagnostics);
-}
-
-/**
- * The shim binary that ran a finished pod's container, as the pod saw it (its termination
- * message). containerd records the runtime's name for a container (io.containerd.runc.v2 for
- * every handler here), not the runtime_path it started.
- */
-function runtimeOf(p: any): string {
-  return String(p.status.containerStatuses[0].state.terminated.message ?? '').trim();
-}
-
-/** The runtime handler containerd ran a pod with (its sandbox's CRI metadata, from the node's containerd). */
-function handlerOf(p: any): string {
-  const n = cluster.node(p.spec.nodeName);
-  const info = (id: string) => JSON.parse(n.ctr(['-n', 'k8s.io', 'containers', 'info', id]));
-  const container = info(String(p.status.containerStatuses[0].containerID).replace('containerd://', ''));
-  const sandbox = info(container.Spec.annotations['io.kubernetes.cri.sandbox-id']);
-  const metadata = Object.entries(sandbox.Extensions ?? {}).find(([k]) => k.endsWith('sandbox.metadata'))?.[1] as any;
-  return JSON.parse(Buffer.from(metadata.value, 'base64').toString()).Metadata.RuntimeHandler;
-}
-
-/** The runtime handlers in a node's effective containerd config (what `config dump` shows). */
-function handlersOf(dump: string): Record<string, any> {
-  return (parse(dump) as any).plugins['io.containerd.grpc.v1.cri'].containerd.runtimes;
 }
 
 /** Installer pods of this run, as the API shows them, per pod name (kept after the controller removes them). */
@@ -401,79 +266,16 @@ function expectOneAtATime(all: InstallerPod[]): void {
   }
 }
 
-/**
- * Starts of a node's containerd unit after `since` (ms): on a systemd node the starts systemd
- * completed (from its journal), on the k3s node every start of the unit's script.
- */
-function containerdStarts(n: ClusterNode, since: number): number[] {
-  return n.host.unitEvents(n.containerdUnit).filter(e => e.event === 'start' && e.at > since).map(e => e.at);
-}
-
-async function diagnostics(): Promise<string> {
-  const safe = async (what: () => Promise<any>) => what().catch((e: Error) => `(${e.message})`);
-  const shims = await safe(async () => (await api.get(SHIMS)).items.map((s: any) => ({ name: s.metadata.name, status: s.status })));
-  const jobs = await safe(async () => (await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items
-    .map((j: any) => ({ name: j.metadata.name, node: j.metadata.annotations?.['runtime.spinkube.dev/node'], status: j.status })));
-  const pods = await safe(async () => (await api.get('/api/v1/pods')).items.map((p: any) => ({
-    name: `${p.metadata.namespace}/${p.metadata.name}`,
-    node: p.spec.nodeName,
-    phase: p.status?.phase,
-    state: (p.status?.containerStatuses ?? []).map((c: any) => c.state),
-  })));
-  const nodes = await safe(async () => (await api.get('/api/v1/nodes')).items.map((n: any) => ({
-    name: n.metadata.name,
-    ready: (n.status.conditions ?? []).find((c: any) => c.type === 'Ready')?.status,
-    labels: Object.fromEntries(Object.entries(n.metadata.labels ?? {}).filter(([k]) => k.includes('rcm') || k.includes('spinkube'))),
-    annotations: Object.fromEntries(Object.entries(n.metadata.annotations ?? {}).filter(([k]) => k.includes('spinkube'))),
-  })));
-  const events = await safe(async () => (await api.get('/api/v1/events')).items.slice(-30)
-    .map((e: any) => `${e.involvedObject.kind}/${e.involvedObject.name} ${e.reason}: ${e.message}`).join('\n'));
-  return [
-    '=== multi-node diagnostics ===',
-    `shims: ${JSON.stringify(shims, undefined, 1)}`,
-    `nodes (labels and annotations): ${JSON.stringify(nodes, undefined, 1)}`,
-    `jobs: ${JSON.stringify(jobs, undefined, 1)}`,
-    `pods: ${JSON.stringify(pods, undefined, 1)}`,
-    `recent events:\n${events}`,
-    ...cluster.nodes.map(n => podLogTails(n, 30)),
-    cluster.logTails(25),
-  ].join('\n');
-}
-
-/** The controller's and installers' container logs on a node, read from the node's files. */
-function podLogTails(n: ClusterNode, lines: number): string {
-  const r = n.host.tryRun(['sh', '-c', `for f in /var/log/pods/${NS}_*/*/*.log; do [ -f "$f" ] && echo "--- ${n.name} $f" && tail -n ${lines} "$f"; done; true`]);
-  return r.stdout;
-}
-
-/** A scenario step whose failure message carries the diagnostics; `cleanup` undoes what it broke on purpose, pass or fail. */
+/** A scenario step (see fleet-app.ts's); `cleanup` undoes what it broke on purpose, pass or fail. The installer pod watches it started end with it. */
 function step(name: string, fn: () => Promise<void>, cleanup?: () => void): void {
-  test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      (e as Error).message += `\n${await diagnostics()}`;
-      throw e;
-    } finally {
-      for (const w of watchers.splice(0)) w.stop();
-      cleanup?.();
-    }
-  }, 300_000);
+  fleetStep(name, fn, () => {
+    for (const w of watchers.splice(0)) w.stop();
+    cleanup?.();
+  });
 }
-
-const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
 
 beforeAll(async () => {
-  cluster = await startMultiNodeCluster(NODES);
-  work = path.join(cluster.dir, 'work');
-  fs.mkdirSync(work, { recursive: true });
-  const cp = cluster.controlPlane;
-  api = new Rest(cp.server, cp.adminToken, cp.caFile);
-  apiPort = Number(new URL(cp.server).port);
-  const images = await buildProductImages(work);
-  cluster.importImage(images.controller);
-  cluster.importImage(images.installer);
-  server = await startArtifactServer();
+  ({ cluster, api, work, server } = fleet());
   for (const v of ['v1', 'v2', 'v3', 'v4']) await publish(v, HANDLER);
   await publish('v5', NEXT_HANDLER);
   for (const w of WAVE) await publish(w, w);
@@ -488,11 +290,6 @@ beforeAll(async () => {
     };
   }
 }, 600_000);
-
-afterAll(async () => {
-  await server?.close();
-  await cluster?.stop();
-}, 300_000);
 
 step('the cluster: three Ready nodes, each with its own containerd, and a hostPID pod lands in its own node\'s view', async () => {
   // GIVEN two production-shaped nodes: systemd as PID 1, Debian's stock containerd.service with
@@ -619,7 +416,7 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
     if (i % 8 === 0) {
       const name = `s1-${workloads.length}`;
       // The controller creates the RuntimeClass; until it has, admission refuses such pods.
-      const created = await createPod(pod(name, 'true', { runtimeClassName: SHIM })).then(() => true, e => {
+      const created = await createPod(workloadPod(name, 'true', { runtimeClassName: SHIM })).then(() => true, e => {
         if (!/RuntimeClass .* not found/.test(String(e))) throw e;
         return false;
       });
@@ -663,7 +460,7 @@ step('scenario 1: rolling maxUpdate 1 over three nodes, one node at a time; work
     expect(handlerOf(done)).toBe(HANDLER);
   }
   // AND one pinned to each node, too
-  for (const n of cluster.nodes) await createPod(pod(`s1-on-${n.name}`, 'true', { runtimeClassName: SHIM, nodeName: n.name }));
+  for (const n of cluster.nodes) await createPod(workloadPod(`s1-on-${n.name}`, 'true', { runtimeClassName: SHIM, nodeName: n.name }));
   for (const n of cluster.nodes) {
     const done = await podWhen(`s1-on-${n.name}`, ['Succeeded', 'Failed']);
     expect(done.status.phase).toBe('Succeeded');
@@ -680,8 +477,8 @@ const WAVE_LABEL = 'e2e.rcm.dev/wave';
 
 /** Runs a pod of the Shim's RuntimeClass pinned to a node, and an ordinary one; returns the runtime of the first. */
 async function serves(n: string, tag: string): Promise<string> {
-  await createPod(pod(`${tag}-shim-${n}`, 'true', { runtimeClassName: SHIM, nodeName: n }));
-  await createPod(pod(`${tag}-plain-${n}`, 'true', { nodeName: n }));
+  await createPod(workloadPod(`${tag}-shim-${n}`, 'true', { runtimeClassName: SHIM, nodeName: n }));
+  await createPod(workloadPod(`${tag}-plain-${n}`, 'true', { nodeName: n }));
   const plain = await podWhen(`${tag}-plain-${n}`, ['Succeeded', 'Failed']);
   expect(plain.status.phase).toBe('Succeeded');
   const withShim = await podWhen(`${tag}-shim-${n}`, ['Succeeded', 'Failed']);
@@ -891,7 +688,7 @@ step('scenario 6: a handler change across the fleet, applied with kubectl apply 
       // kubelet asked for as an installer restarted containerd fails with "transport is closing"
       // (RunContainerError), which ended a restartPolicy Never pod Failed in a fresh-clone CI run;
       // the kubelet's retry must then start it. A missing runtime is still checked below.
-      await createPod(pod(name, 'true', { runtimeClassName: SHIM, restartPolicy: 'OnFailure' })).catch(e => {
+      await createPod(workloadPod(name, 'true', { runtimeClassName: SHIM, restartPolicy: 'OnFailure' })).catch(e => {
         if (!/RuntimeClass/.test(String(e))) throw e;
         refusedAtAdmission.push(String(e).slice(0, 200));
       });
@@ -920,7 +717,7 @@ step('scenario 6: a handler change across the fleet, applied with kubectl apply 
   // AND every pod ran, none refused for a missing runtime
   for (const name of workloads) {
     if (!await api.get(`/api/v1/namespaces/default/pods/${name}`).catch(() => undefined)) {
-      await createPod(pod(name, 'true', { runtimeClassName: SHIM, restartPolicy: 'OnFailure' }));
+      await createPod(workloadPod(name, 'true', { runtimeClassName: SHIM, restartPolicy: 'OnFailure' }));
     }
     const p = await podWhen(name, ['Succeeded', 'Failed']);
     expect(p.status.phase).toBe('Succeeded');
@@ -1014,7 +811,7 @@ step('six Shims applied at once: every node restarts containerd once per wave (i
       const node = joinedAt !== undefined ? joiner.name : cluster.nodes[during.length % cluster.nodes.length].name;
       const name = `wave-during-${during.length}`;
       during.push({ name, node, at: Date.now() });
-      await createPod(pod(name, 'true', { nodeName: node, restartPolicy: 'OnFailure' }));
+      await createPod(workloadPod(name, 'true', { nodeName: node, restartPolicy: 'OnFailure' }));
     }
     const shims = await Promise.all(WAVE.map(w => getShim(w).catch(() => undefined)));
     const readyOn = (n: number) => shims.every(sh => condition(sh, 'Ready')?.status === 'True' && sh.status.nodesReady === n && sh.status.nodes === n);
@@ -1079,7 +876,7 @@ step('six Shims applied at once: every node restarts containerd once per wave (i
   process.stdout.write(`pods created during the wave: ${during.length}; while installers ran on their node: ${whileInstalling.map(d => `${d.name}@${d.node}`).join(' ')};`
     + ` started again by the kubelet: ${retried.join(' ') || 'none'}\n`);
   // AND a pod of each of the six handlers runs on every node, under that handler
-  for (const n of cluster.nodes) for (const w of WAVE) await createPod(pod(`${w}-on-${n.name}`, 'true', { runtimeClassName: w, nodeName: n.name }));
+  for (const n of cluster.nodes) for (const w of WAVE) await createPod(workloadPod(`${w}-on-${n.name}`, 'true', { runtimeClassName: w, nodeName: n.name }));
   for (const n of cluster.nodes) {
     for (const w of WAVE) {
       const done = await podWhen(`${w}-on-${n.name}`, ['Succeeded', 'Failed']);

@@ -1,13 +1,13 @@
 import * as fs from 'fs';
 import * as path from 'path';
-import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
-import { parse } from 'smol-toml';
-import { InstallMode, MaxUpdate, PullPolicy, Rollout, RuntimeClassManager, ShimNodeLabels } from '../../src';
-import { ArtifactServer, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
-import { ClusterNode, MultiNodeCluster, startMultiNodeCluster } from '../support/multi-node-cluster';
-import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from '../support/product-images';
+import { Duration } from 'cdk8s';
+import { InstallMode, ShimNodeLabels } from '../../src';
+import {
+  addPayloadShim, applyApp, Artifact, condition, containerdStarts, createPod, deleteWorkloads, diagnostics, downloads, fleet, getNode,
+  handlerOf, handlersOf, NS, payloadShim, podWhen, publishShimPayload, runtimeOf, setUpFleet, SHIMS, sleep, step, synthFleetApp, workloadPod,
+} from '../support/fleet-app';
+import { ClusterNode, MultiNodeCluster } from '../support/multi-node-cluster';
 import { eventually, Rest } from '../support/rest';
-import { BUSYBOX_IMAGE } from '../support/single-node-cluster';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // Install mode NodeAgent on the multi-node suite's production-shaped nodes (issue 21's proof):
@@ -25,50 +25,31 @@ const NODES = { 'rcm-agent-a': 'plain', 'rcm-agent-b': 'custom', 'rcm-agent-c': 
 const [A, B] = Object.keys(NODES);
 const SHIM_NAMES = ['agent-1', 'agent-2', 'agent-3', 'agent-4'];
 const SELECT_LABEL = 'e2e.rcm.dev/agent-fleet';
-const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
-const NS = 'runtime-class-manager';
 const AGENT = 'rcm-node-agent';
 const AGENT_SELECTOR = encodeURIComponent('app.kubernetes.io/component=node-agent');
 /** The agents' drift check period. */
 const DRIFT_SECONDS = 3;
 
+setUpFleet(NODES);
 let cluster: MultiNodeCluster;
 let api: Rest;
-let work: string;
-let server: ArtifactServer;
-let apiPort: number;
 /** Each node before anything was installed: its effective config (file and dump), the file an admin edits, containerd's version line. */
 const start: Record<string, { file: string; dump: string; edited: string; version: string }> = {};
 
-interface Artifact {
-  readonly handler: string;
-  readonly location: string;
-  readonly sha256: string;
-}
 const artifacts: Record<string, Artifact> = {};
-/** Downloads of each artifact (the agents' fetches), counted by the artifact server. */
-const downloads: Record<string, number> = {};
 
 /**
  * A payload with a real shim (containerd's runc shim under the handler's name), made distinct by
  * its name, given with `runtimeType: io.containerd.runc.v2` as fleet.test.ts's (runc's options,
- * SystemdCgroup on A and B, reach it).
+ * SystemdCgroup on A and B, reach it). The agents' fetches of it are counted in `downloads`.
  */
 async function publish(handler: string): Promise<void> {
-  const binary = Buffer.concat([shimBinary(), Buffer.from(`\nrcm-agent-fleet ${handler}\n`)]);
-  const tgz = await tarGz(work, { [`containerd-shim-${handler}-v2`]: binary });
-  downloads[handler] = 0;
-  const location = server.handle(`${handler}.tar.gz`, (_req, res) => {
-    downloads[handler]++;
-    res.writeHead(200, { 'content-length': tgz.length }).end(tgz);
-  });
-  artifacts[handler] = { handler, location, sha256: sha256(tgz) };
+  artifacts[handler] = await publishShimPayload(handler, handler, `rcm-agent-fleet ${handler}`);
 }
 
 /** Where the installer puts a handler's shim on a node (the payload's own folder, named by the artifact's sha256). */
 function installedBinary(handler: string): string {
-  const a = artifacts[handler];
-  return `/opt/rcm/payloads/${a.handler}/${a.sha256.slice(0, 16)}/containerd-shim-${a.handler}-v2`;
+  return payloadShim(artifacts[handler]);
 }
 
 /**
@@ -85,79 +66,18 @@ function shimServing(n: ClusterNode, handler: string): string {
 /**
  * The app in install mode NodeAgent (drift check every DRIFT_SECONDS), the manager's defaults
  * otherwise (systemd restarts, the standard paths), each Shim rolling one node at a time.
- * Test-only settings as fleet.test.ts's: local images, quick retries, and through escape hatches
- * the API server on 127.0.0.1 for the controller and the agents (no kube-proxy), the controller
- * on the host network without probes and with listeners on 127.0.0.1.
+ * Test-only settings as fleet.test.ts's (synthFleetApp), the agents reaching the API server on
+ * 127.0.0.1 too.
  */
 function synthApp(shims: string[]): string {
-  const app = new App();
-  const chart = new Chart(app, 'agent-fleet');
-  const manager = new RuntimeClassManager(chart, 'Manager', {
-    controllerImage: CONTROLLER_IMAGE,
-    installerImage: INSTALLER_IMAGE,
-    imagePullPolicy: PullPolicy.IF_NOT_PRESENT,
-    replicas: 1,
-    podDisruptionBudget: false,
-    retryBackoff: Duration.seconds(2),
-    failureThreshold: 2,
-    installerEnv: { RCM_HEALTH_TIMEOUT: '12' },
-    installMode: InstallMode.nodeAgent({ driftCheck: Duration.seconds(DRIFT_SECONDS) }),
+  return synthFleetApp('agent-fleet', { installMode: InstallMode.nodeAgent({ driftCheck: Duration.seconds(DRIFT_SECONDS) }) }, manager => {
+    for (const name of shims) addPayloadShim(manager, name, artifacts[name], { [SELECT_LABEL]: 'true' });
   });
-  for (const name of shims) {
-    const a = artifacts[name];
-    manager.addShim(name, {
-      handler: a.handler,
-      runtimeClassName: name,
-      location: a.location,
-      sha256: a.sha256,
-      payload: { shim: `containerd-shim-${a.handler}-v2`, runtimeType: 'io.containerd.runc.v2' },
-      allowInsecureHttp: true,
-      nodeSelector: { [SELECT_LABEL]: 'true' },
-      rollout: Rollout.rolling({ maxUpdate: MaxUpdate.count(1) }),
-    });
-  }
-  const container = '/spec/template/spec/containers/0';
-  const apiServer = [
-    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' }),
-    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_PORT', value: String(apiPort) }),
-  ];
-  const args: string[] = manager.deployment.toJson().spec.template.spec.containers[0].args;
-  const loopback = ['--metrics-bind-address', '--health-probe-bind-address'].map(flag => {
-    const index = args.findIndex(x => x.startsWith(`${flag}=`));
-    return JsonPatch.replace(`${container}/args/${index}`, `${flag}=127.0.0.1:0`);
-  });
-  ApiObject.of(manager.deployment).addJsonPatch(
-    JsonPatch.add('/spec/template/spec/hostNetwork', true),
-    ...apiServer,
-    JsonPatch.remove(`${container}/livenessProbe`),
-    JsonPatch.remove(`${container}/readinessProbe`),
-    JsonPatch.remove(`${container}/ports`),
-    ...loopback,
-  );
-  ApiObject.of(manager.nodeAgent!).addJsonPatch(...apiServer);
-  return app.synthYaml();
 }
 
 /** `cdk8s synth` then `kubectl apply --server-side`. */
 function apply(shims: string[]): void {
-  const file = path.join(work, `app-${Date.now()}.yaml`);
-  fs.writeFileSync(file, synthApp(shims));
-  const kubectl = cluster.controlPlane.kubectl;
-  try {
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
-  } catch (e) {
-    if (!/no matches for kind "Shim"/.test(String((e as any).stderr ?? e))) throw e;
-    kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
-  }
-}
-
-function condition(s: any, type: string): any {
-  return (s?.status?.conditions ?? []).find((c: any) => c.type === type);
-}
-
-async function getNode(name: string): Promise<any> {
-  return api.get(`/api/v1/nodes/${name}`);
+  applyApp(synthApp(shims));
 }
 
 /** The Shims' gate labels on a node, by Shim (those of the suite's Shims only). */
@@ -173,60 +93,9 @@ async function allReady(): Promise<boolean> {
   return shims.every(s => condition(s, 'Ready')?.status === 'True' && s.status.nodesReady === nodes && s.status.nodes === nodes);
 }
 
-/** A workload pod on the host network that reports, as its termination message, the shim that started it (its parent's argv[0]). */
+/** A workload pod on the host network that reports, as its termination message, the shim that started it (see workloadPod). */
 function pod(name: string, options: { runtimeClassName?: string; nodeName?: string; restartPolicy?: 'Never' | 'OnFailure' } = {}): object {
-  const reportShim = 'read -r -d "" shim < /proc/$PPID/cmdline; echo "$shim" > /dev/termination-log';
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, namespace: 'default', labels: { 'e2e.rcm.dev/workload': 'true' } },
-    spec: {
-      hostNetwork: true,
-      hostPID: true,
-      restartPolicy: options.restartPolicy ?? 'Never',
-      terminationGracePeriodSeconds: 1,
-      ...(options.runtimeClassName ? { runtimeClassName: options.runtimeClassName } : {}),
-      ...(options.nodeName ? { nodeSelector: { 'kubernetes.io/hostname': options.nodeName } } : {}),
-      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', `true; ${reportShim}`] }],
-    },
-  };
-}
-
-async function createPod(object: object): Promise<void> {
-  await api.request('POST', '/api/v1/namespaces/default/pods', object);
-}
-
-async function podWhen(name: string, phases: string[], timeoutMs = 120_000): Promise<any> {
-  return eventually(async () => {
-    const p = await api.get(`/api/v1/namespaces/default/pods/${name}`);
-    return phases.includes(p.status?.phase) ? p : undefined;
-  }, timeoutMs, diagnostics);
-}
-
-async function deleteWorkloads(): Promise<void> {
-  const selector = 'labelSelector=e2e.rcm.dev%2Fworkload%3Dtrue';
-  await api.request('DELETE', `/api/v1/namespaces/default/pods?${selector}`);
-  await eventually(async () => (await api.get(`/api/v1/namespaces/default/pods?${selector}`)).items.length === 0, 120_000, diagnostics);
-}
-
-/** The shim binary that ran a finished pod's container, as the pod saw it. */
-function runtimeOf(p: any): string {
-  return String(p.status.containerStatuses[0].state.terminated.message ?? '').trim();
-}
-
-/** The runtime handler containerd ran a pod with (its sandbox's CRI metadata, from the node's containerd). */
-function handlerOf(p: any): string {
-  const n = cluster.node(p.spec.nodeName);
-  const info = (id: string) => JSON.parse(n.ctr(['-n', 'k8s.io', 'containers', 'info', id]));
-  const container = info(String(p.status.containerStatuses[0].containerID).replace('containerd://', ''));
-  const sandbox = info(container.Spec.annotations['io.kubernetes.cri.sandbox-id']);
-  const metadata = Object.entries(sandbox.Extensions ?? {}).find(([k]) => k.endsWith('sandbox.metadata'))?.[1] as any;
-  return JSON.parse(Buffer.from(metadata.value, 'base64').toString()).Metadata.RuntimeHandler;
-}
-
-/** The runtime handlers in a node's effective containerd config. */
-function handlersOf(n: ClusterNode): Record<string, any> {
-  return (parse(n.configDump()) as any).plugins['io.containerd.grpc.v1.cri'].containerd.runtimes;
+  return workloadPod(name, 'true', options);
 }
 
 /** The installer's handler blocks in a config file, sorted. */
@@ -237,11 +106,6 @@ function managedBlocks(config: string): string[] {
 /** A config file without the installer's handler blocks. */
 function withoutManagedBlocks(config: string): string {
   return config.replace(/^# BEGIN runtime-class-manager handler [\s\S]*?^# END runtime-class-manager handler .*\n?/gm, '');
-}
-
-/** Starts of a node's containerd after `since` (ms): containerd's boots in its journal (A, B), the k3s unit's starts (C). */
-function containerdStarts(n: ClusterNode, since: number): number[] {
-  return n.host.unitEvents(n.containerdUnit).filter(e => e.event === 'start' && e.at > since).map(e => e.at);
 }
 
 /** One pod of every Shim's RuntimeClass pinned to every node: each must succeed under its own handler and the shim serving it there. */
@@ -289,40 +153,6 @@ async function jobs(): Promise<string[]> {
   return (await api.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items.map((j: any) => j.metadata.name);
 }
 
-async function diagnostics(): Promise<string> {
-  const safe = async (what: () => Promise<any>) => what().catch((e: Error) => `(${e.message})`);
-  const shims = await safe(async () => (await api.get(SHIMS)).items.map((s: any) => ({ name: s.metadata.name, status: s.status })));
-  const nodes = await safe(async () => Promise.all(cluster.nodes.map(async n => ({ name: n.name, ...await nodeRecord(n.name) }))));
-  const pods = await safe(async () => (await api.get('/api/v1/pods')).items.map((p: any) => ({
-    name: `${p.metadata.namespace}/${p.metadata.name}`, node: p.spec.nodeName, phase: p.status?.phase, state: (p.status?.containerStatuses ?? []).map((c: any) => c.state),
-  })));
-  const events = await safe(async () => (await api.get('/api/v1/events')).items.slice(-30)
-    .map((e: any) => `${e.involvedObject.kind}/${e.involvedObject.name} ${e.reason}: ${e.message}`).join('\n'));
-  const logs = cluster.nodes.map(n => `--- ${n.name}: rcm pods' logs ---\n${n.host.tryRun(['sh', '-c',
-    `for f in /var/log/pods/${NS}_*/*/*.log; do [ -f "$f" ] && echo "--- $f" && tail -n 25 "$f" | cut -c1-400; done; true`]).stdout}`);
-  return [
-    '=== node agent multi-node diagnostics ===',
-    `shims: ${JSON.stringify(shims, undefined, 1)}`,
-    `nodes (labels and annotations): ${JSON.stringify(nodes, undefined, 1)}`,
-    `pods: ${JSON.stringify(pods, undefined, 1)}`,
-    `recent events:\n${events}`,
-    ...logs,
-    cluster.logTails(25),
-  ].join('\n');
-}
-
-function step(name: string, fn: () => Promise<void>): void {
-  test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      (e as Error).message += `\n${await diagnostics()}`;
-      throw e;
-    }
-  }, 300_000);
-}
-
-const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
 const seconds = (ms: number) => (ms / 1000).toFixed(1);
 
 /**
@@ -361,16 +191,7 @@ async function expectStreamedPodsRan(names: string[]): Promise<void> {
 }
 
 beforeAll(async () => {
-  cluster = await startMultiNodeCluster(NODES);
-  work = path.join(cluster.dir, 'work');
-  fs.mkdirSync(work, { recursive: true });
-  const cp = cluster.controlPlane;
-  api = new Rest(cp.server, cp.adminToken, cp.caFile);
-  apiPort = Number(new URL(cp.server).port);
-  const images = await buildProductImages(work);
-  cluster.importImage(images.controller);
-  cluster.importImage(images.installer);
-  server = await startArtifactServer();
+  ({ cluster, api } = fleet());
   for (const s of SHIM_NAMES) await publish(s);
   for (const n of cluster.nodes) {
     start[n.name] = {
@@ -381,11 +202,6 @@ beforeAll(async () => {
     };
   }
 }, 600_000);
-
-afterAll(async () => {
-  await server?.close();
-  await cluster?.stop();
-}, 300_000);
 
 step('change sets: four Shims applied at once are installed by the agents with one containerd start per node, no Job, pods run under every handler', async () => {
   // GIVEN three nodes (two booting systemd with Debian's containerd.service, one k3s-shaped), selected by four Shims
@@ -419,7 +235,7 @@ step('change sets: four Shims applied at once are installed by the agents with o
       expect(n.systemd.unitState('containerd').activeState).toBe('active');
     }
     // AND the four handlers are in its effective config, and its gates are up
-    const handlers = handlersOf(n);
+    const handlers = handlersOf(n.configDump());
     const paths = Object.fromEntries(SHIM_NAMES.map(s => [s, handlers[s]?.runtime_path]));
     expect({ node: n.name, paths }).toEqual({ node: n.name, paths: Object.fromEntries(SHIM_NAMES.map(s => [s, installedBinary(s)])) });
     expect(await gates(n.name)).toEqual(Object.fromEntries(SHIM_NAMES.map(s => [s, s])));
