@@ -7,6 +7,7 @@ import * as path from 'path';
 import * as tar from 'tar';
 import { parseAllDocuments, stringify } from 'yaml';
 import { freePort } from '../support/control-plane';
+import { apiServerEnv, diagnosedStep } from '../support/e2e-common';
 import { CodeBlock, codeBlocks, createFreshApp, FreshApp, packTarball, synthesizedObjects } from '../support/fresh-app';
 import { buildProductImages, CONTROLLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
@@ -152,9 +153,7 @@ async function wireController(deployment: any): Promise<void> {
   const pod = deployment.spec.template.spec;
   const c = pod.containers[0];
   pod.hostNetwork = true;
-  c.env = [...(c.env ?? []),
-    { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' },
-    { name: 'KUBERNETES_SERVICE_PORT', value: new URL(cluster.controlPlane.server).port }];
+  c.env = [...(c.env ?? []), ...apiServerEnv(new URL(cluster.controlPlane.server).port)];
   delete c.livenessProbe;
   delete c.readinessProbe;
   const [metrics, probes] = [await freePort(), await freePort()];
@@ -222,14 +221,7 @@ async function diagnostics(): Promise<string> {
 }
 
 function step(name: string, fn: () => Promise<void>, timeoutMs = 300_000): void {
-  test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      (e as Error).message += `\n${await diagnostics()}`;
-      throw e;
-    }
-  }, timeoutMs);
+  diagnosedStep(name, fn, diagnostics, timeoutMs);
 }
 
 beforeAll(async () => {

@@ -4,9 +4,10 @@ import * as fs from 'fs';
 import * as http from 'http';
 import * as net from 'net';
 import * as path from 'path';
-import { ApiObject, App, Chart, Duration, JsonPatch } from 'cdk8s';
+import { ApiObject, App, Chart, Duration } from 'cdk8s';
 import * as tar from 'tar';
 import { freePort } from './control-plane';
+import { applyServerSide, diagnosedStep, wireForTestCluster } from './e2e-common';
 import { tail } from './files';
 import { buildOciImage } from './oci-image';
 import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from './product-images';
@@ -102,11 +103,10 @@ function serve(dir: string): Promise<http.Server> {
 }
 
 /**
- * The app a user writes (RuntimeClassManager and its Shims), plus test-only overrides through
- * escape hatches: the controller pod uses the host network and reaches the API server on
- * 127.0.0.1 (there is no kube-proxy here), binds its ports to 127.0.0.1 and has no probes
- * (the kubelet would dial the node's non-loopback address); the node agent, where there is
- * one, reaches the API server the same way.
+ * The app a user writes (RuntimeClassManager and its Shims), plus the test cluster's wiring
+ * through escape hatches (wireForTestCluster: the controller pod on the host network, reaching
+ * the API server on 127.0.0.1, its ports bound to 127.0.0.1, no probes; the node agent, where
+ * there is one, reaching the API server the same way).
  */
 export function synthApp(shims: Record<string, AppShim>, workloads?: AppWorkloads): string {
   const { cluster, installRoot, ports, manager: overrides } = up();
@@ -138,30 +138,8 @@ export function synthApp(shims: Record<string, AppShim>, workloads?: AppWorkload
     added[name] = manager.addShim(name, { handler: name, allowInsecureHttp: true, ...props });
   }
   workloads?.(chart, added);
-  const container = '/spec/template/spec/containers/0';
-  const apiServer = [
-    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' }),
-    JsonPatch.add(`${container}/env/-`, { name: 'KUBERNETES_SERVICE_PORT', value: String(ports.api) }),
-  ];
-  ApiObject.of(manager.deployment).addJsonPatch(
-    JsonPatch.add('/spec/template/spec/hostNetwork', true),
-    ...apiServer,
-    JsonPatch.remove(`${container}/livenessProbe`),
-    JsonPatch.remove(`${container}/readinessProbe`),
-    ...bindToLoopback(manager.deployment, ['--metrics-bind-address', '--health-probe-bind-address']),
-  );
-  if (manager.nodeAgent) ApiObject.of(manager.nodeAgent).addJsonPatch(...apiServer);
+  wireForTestCluster(manager, ports.api);
   return app.synthYaml();
-}
-
-/** Patches that make the controller listen on 127.0.0.1 only (the construct binds every address). */
-function bindToLoopback(deployment: ApiObject, flags: string[]): JsonPatch[] {
-  const args: string[] = deployment.toJson().spec.template.spec.containers[0].args;
-  return flags.map(flag => {
-    const index = args.findIndex(a => a.startsWith(`${flag}=:`));
-    if (index < 0) throw new Error(`the controller has no ${flag}=:<port> argument: ${args.join(' ')}`);
-    return JsonPatch.replace(`/spec/template/spec/containers/0/args/${index}`, args[index].replace('=:', '=127.0.0.1:'));
-  });
 }
 
 /** `cdk8s synth` then `kubectl apply --server-side`, as a user without Argo CD would do it. */
@@ -169,16 +147,7 @@ export function apply(shims: Record<string, AppShim>, workloads?: AppWorkloads):
   const { cluster, work } = bed();
   const file = path.join(work, `app-${Date.now()}.yaml`);
   fs.writeFileSync(file, synthApp(shims, workloads));
-  const kubectl = cluster.controlPlane.kubectl;
-  try {
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
-  } catch (e) {
-    // The first apply creates the CRD together with a Shim: kubectl knows the kind only once
-    // the CRD is established (Argo CD orders this with the sync waves the constructs set).
-    if (!/no matches for kind "Shim"/.test(String((e as any).stderr ?? e))) throw e;
-    kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
-    kubectl(['apply', '--server-side', '--field-manager=e2e-gitops', '-f', file]);
-  }
+  applyServerSide(cluster.controlPlane.kubectl, file);
 }
 
 /**
@@ -318,14 +287,7 @@ function podLogTails(lines: number): string[] {
 
 /** A scenario step whose failure message carries the diagnostics. Steps build on the ones before them. */
 export function step(name: string, fn: () => Promise<void>, timeoutMs = 240_000): void {
-  test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      (e as Error).message += `\n${await diagnostics()}`;
-      throw e;
-    }
-  }, timeoutMs);
+  diagnosedStep(name, fn, diagnostics, timeoutMs);
 }
 
 // ---- Payloads: a runtime's files in one archive, and the proofs that pods really ran under them
