@@ -68,7 +68,7 @@ test('the agent refuses a request for a handler another Shim holds on its node, 
     nodeName: 'n1', installerArgs: [`--host-root=${root}`, '--retries=0'], platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60,
   }, new Logger(false));
   const started = agent.start();
-  await eventually(async () => node.watched, 10_000);
+  await eventually(async () => node.watched, 10_000, () => 'the agent never watched its node');
   try {
     // WHEN a controller with another view admits Shim "b"'s install of spin there, and Shim "c"'s install of another handler
     node.apply({ metadata: { annotations: { ...admitted('b', request('b', 'spin')), ...admitted('c', request('c', 'wasmtime')) } } });
@@ -77,7 +77,7 @@ test('the agent refuses a request for a handler another Shim holds on its node, 
       const text = node.node.metadata.annotations[resultKey(shim)];
       return text ? JSON.parse(text) : undefined;
     };
-    await eventually(async () => result('b')?.phase === 'failed' && result('c')?.phase === 'failed', 30_000);
+    await eventually(async () => result('b')?.phase === 'failed' && result('c')?.phase === 'failed', 30_000, () => JSON.stringify(node.node.metadata.annotations));
     expect(result('b')!.result).toMatchObject({ reason: HANDLER_CLAIMED, message: expect.stringContaining('installed on this node by Shim "a"'), exitCode: 4 });
     // AND c's request, which no one else holds, went to the installer (here it fails for the empty host, with another reason)
     expect(result('c')!.result!.reason).not.toBe(HANDLER_CLAIMED);

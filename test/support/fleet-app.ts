@@ -249,8 +249,8 @@ export function containerdStarts(n: ClusterNode, since: number): number[] {
 export const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
 
 /** A scenario step of five minutes at most, whose failure message carries the diagnostics; `cleanup` runs after it, pass or fail. */
-export function step(name: string, fn: () => Promise<void>, cleanup?: () => void): void {
-  diagnosedStep(name, fn, diagnostics, 300_000, cleanup);
+export function step(name: string, fn: () => Promise<void>, cleanup?: () => void, timeoutMs = 300_000): void {
+  diagnosedStep(name, fn, diagnostics, timeoutMs, cleanup);
 }
 
 /** The Shims, every node's readiness and our labels and annotations, Jobs, pods, events, our pods' logs and every component's log tail. */
