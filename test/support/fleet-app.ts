@@ -196,7 +196,13 @@ export async function createPod(object: object): Promise<void> {
   await fleet().api.request('POST', '/api/v1/namespaces/default/pods', object);
 }
 
-export async function podWhen(name: string, phases: string[], timeoutMs = 120_000): Promise<any> {
+/**
+ * Waits for a pod to reach one of `phases`. The default bound is beyond the kubelet's CRI call
+ * timeout (--runtime-request-timeout, 2 minutes): a pod whose container create or start was in
+ * flight as containerd restarted (what the installers do on purpose) can wait that long before
+ * the kubelet 1.20 tries again ("transport is closing", seen in fresh-clone CI runs on A and B).
+ */
+export async function podWhen(name: string, phases: string[], timeoutMs = 240_000): Promise<any> {
   return eventually(async () => {
     const p = await fleet().api.get(`/api/v1/namespaces/default/pods/${name}`);
     return phases.includes(p.status?.phase) ? p : undefined;
@@ -249,7 +255,7 @@ export function containerdStarts(n: ClusterNode, since: number): number[] {
 export const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
 
 /** A scenario step of five minutes at most, whose failure message carries the diagnostics; `cleanup` runs after it, pass or fail. */
-export function step(name: string, fn: () => Promise<void>, cleanup?: () => void, timeoutMs = 300_000): void {
+export function step(name: string, fn: () => Promise<void>, cleanup?: () => void, timeoutMs = 600_000): void {
   diagnosedStep(name, fn, diagnostics, timeoutMs, cleanup);
 }
 
