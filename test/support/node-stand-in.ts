@@ -1,11 +1,15 @@
 // A Node object for the node agent's own code run in a test process: no API server. It applies
 // the agent's merge patches (null removes) and sends every change back to the agent's watch as
 // a MODIFIED event, as the API server would. The test changes the node as the controller would
-// (apply). Stands in for the agent's Kube client (get, watch, mergePatch).
+// (apply), and its status as the kubelet would (setStatus). Stands in for the agent's Kube
+// client (get, watch, mergePatch).
 
 /** The agent's Node, in memory: merge patches applied (null removes) and sent to the watch as MODIFIED. */
 export class NodeStandIn {
-  readonly node = { metadata: { name: 'n1', resourceVersion: '1', labels: {} as Record<string, string>, annotations: {} as Record<string, string> } };
+  readonly node = {
+    metadata: { name: 'n1', resourceVersion: '1', labels: {} as Record<string, string>, annotations: {} as Record<string, string> },
+    status: {} as Record<string, unknown>,
+  };
   readonly patches: any[] = [];
   private readonly listeners = new Set<(event: any) => void>();
 
@@ -39,6 +43,16 @@ export class NodeStandIn {
         else this.node.metadata[field][k] = v;
       }
     }
+    this.modified();
+  }
+
+  /** A new status of the node, as the kubelet posts it (the whole status is replaced), e.g. `{ runtimeHandlers: [{ name: 'runc' }] }`. */
+  setStatus(status: Record<string, unknown>): void {
+    this.node.status = structuredClone(status);
+    this.modified();
+  }
+
+  private modified(): void {
     this.node.metadata.resourceVersion = String(Number(this.node.metadata.resourceVersion) + 1);
     for (const l of this.listeners) l({ type: 'MODIFIED', object: structuredClone(this.node) });
   }
