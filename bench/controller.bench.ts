@@ -10,8 +10,10 @@
 //
 // Install modes: RCM_BENCH_MODES=jobs,agent (the default: both, side by side in one run). In
 // agent mode the controller runs with --install-mode agent, a stand-in for the node agents
-// answers each request in the node record (succeeded, 0.5 s later), and the plain loop's
-// unavoidable writes are one request annotation and one label patch per node and Shim.
+// answers each request in the node record (succeeded, 0.5 s later), a Ready agent pod stands
+// on every node (the DaemonSet's, as its kubelet reports it: the controller reads readiness
+// from it), and the plain loop's unavoidable writes are one request annotation and one label
+// patch per node and Shim.
 //
 // Diagnostics: RCM_BENCH_PROFILE=<dir> writes the controller's CPU profile there;
 // RCM_BENCH_THREADS=1 prints its CPU per thread (main thread vs. GC helpers) and heap;
@@ -24,7 +26,8 @@ import * as os from 'os';
 import * as path from 'path';
 import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
-import { RuntimeClassManager } from '../src';
+import { InstallMode, RuntimeClassManager } from '../src';
+import { createAgentPod } from '../test/support/agent-pods';
 import { ControlPlane, freePort, startControlPlane } from '../test/support/control-plane';
 import { eventually, Rest } from '../test/support/rest';
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -301,14 +304,17 @@ async function measure(nodes: number, work: string, mode: Mode, before?: string)
   let stopHeartbeats = () => undefined as void;
   try {
     const chart = Testing.chart();
-    new RuntimeClassManager(chart, 'Manager');
-    // The controller runs here as a process, not as the Deployment (and policy/v1 PodDisruptionBudgets come with 1.21; this server is 1.20).
-    const objects = Testing.synth(chart).filter(o => o.kind !== 'Deployment' && o.kind !== 'PodDisruptionBudget');
+    new RuntimeClassManager(chart, 'Manager', { installMode: mode === 'agent' ? InstallMode.nodeAgent() : InstallMode.jobs() });
+    // The controller runs here as a process, not as the Deployment, and the agents' pods are stand-ins, not the
+    // DaemonSet's (and policy/v1 PodDisruptionBudgets come with 1.21; this server is 1.20).
+    const objects = Testing.synth(chart).filter(o => !['Deployment', 'DaemonSet', 'PodDisruptionBudget'].includes(o.kind));
     cp.kubectl(['apply', '-f', '-'], { input: Yaml.stringify(...objects) });
     cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
     cp.kubectl(['create', 'namespace', 'baseline']);
     const names = Array.from({ length: nodes }, (_, i) => `node-${String(i).padStart(5, '0')}`);
     await createNodes(admin, names);
+    // The node agents' pods, as the DaemonSet's would be once started: the controller reads the nodes' readiness from them.
+    for (let i = 0; mode === 'agent' && i < names.length; i += 50) await Promise.all(names.slice(i, i + 50).map(n => createAgentPod(admin, NS, n)));
     stopHeartbeats = heartbeats(admin, names);
 
     const plain = await runPlain(cp, names, mode);

@@ -3,7 +3,8 @@
 // events, nothing decoded, nothing kept. Its CPU is what receiving the rollout's events costs
 // a Node.js process at the least; the plain loop is the writing half.
 // Usage: node bench/plain-watcher.js SERVER TOKEN CA_FILE NAMESPACE [agent]
-// With `agent` (install mode NodeAgent), the Nodes only: the controller watches no Jobs nor pods then.
+// With `agent` (install mode NodeAgent), what the controller reads then: the Nodes' metadata,
+// the cordoned Nodes' metadata, and the node agents' pods (no Jobs nor installer pods).
 const fs = require('fs');
 const https = require('https');
 
@@ -11,10 +12,13 @@ const [server, token, caFile, namespace, mode] = process.argv.slice(2);
 const agent = new https.Agent({ keepAlive: true, ca: fs.readFileSync(caFile) });
 let events = 0;
 
-function watch(path) {
+const PROTOBUF = 'application/vnd.kubernetes.protobuf';
+const METADATA = `${PROTOBUF};as=PartialObjectMetadata;g=meta.k8s.io;v=v1`;
+
+function watch(path, accept = PROTOBUF, query = '') {
   // One watch for the whole run (the server ends it after timeoutSeconds; then it starts over).
-  const req = https.request(new URL(`${path}?watch=1&timeoutSeconds=3600`, server), {
-    agent, headers: { Authorization: `Bearer ${token}`, Accept: 'application/vnd.kubernetes.protobuf;stream=watch' },
+  const req = https.request(new URL(`${path}?watch=1&timeoutSeconds=3600${query}`, server), {
+    agent, headers: { Authorization: `Bearer ${token}`, Accept: accept },
   }, res => {
     let parts = [];
     let size = 0;
@@ -33,14 +37,18 @@ function watch(path) {
         events++;
       }
     });
-    res.on('end', () => watch(path));
+    res.on('end', () => watch(path, accept, query));
   });
-  req.on('error', () => setTimeout(() => watch(path), 500));
+  req.on('error', () => setTimeout(() => watch(path, accept, query), 500));
   req.end();
 }
 
-watch('/api/v1/nodes');
-if (mode !== 'agent') {
+if (mode === 'agent') {
+  watch('/api/v1/nodes', METADATA);
+  watch('/api/v1/nodes', METADATA, `&fieldSelector=${encodeURIComponent('spec.unschedulable=true')}`);
+  watch(`/api/v1/namespaces/${namespace}/pods`, PROTOBUF, `&labelSelector=${encodeURIComponent('app.kubernetes.io/component=node-agent')}`);
+} else {
+  watch('/api/v1/nodes');
   watch(`/apis/batch/v1/namespaces/${namespace}/jobs`);
   watch(`/api/v1/namespaces/${namespace}/pods`);
 }

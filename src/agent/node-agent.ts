@@ -6,7 +6,9 @@
 import { ExitCode, InstallerError } from '../installer/errors';
 import { InstallResult, Installer } from '../installer/install';
 import { InstallerOptions, parseOptions } from '../installer/options';
-import { AdmittedRequest, AgentResult, requestsOn, resultKey } from '../shared/agent-protocol';
+import {
+  AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS, requestsOn, resultKey,
+} from '../shared/agent-protocol';
 import { toEnv } from '../shared/installer-contract';
 import { isNotFound, Kube } from '../shared/kube/kube';
 import { Logger } from '../shared/log';
@@ -25,13 +27,20 @@ export interface AgentSettings {
    * gets its outcome only (one write, and one watch event for the controller, per request).
    */
   readonly progressReportSeconds: number;
+  /** How long an install waits for the kubelet to list its handler, where it lists any. @default KUBELET_REPORT_WAIT_MS */
+  readonly kubeletReportWaitMs?: number;
 }
 
 /** A node as the agent reads it. */
 interface NodeState {
   readonly labels: Record<string, string>;
   readonly annotations: Record<string, string>;
+  /** `status.runtimeHandlers` by name, where the kubelet reports any (Kubernetes 1.30+ with containerd 2.0+ or CRI-O 1.30+). */
+  readonly runtimeHandlers?: readonly string[];
 }
+
+/** How often an install waiting for the kubelet to list its handler looks at the node as last seen. */
+const KUBELET_POLL_MS = 500;
 
 const HANDLER_LABEL = `.${ShimNodeLabels.DOMAIN}/handler`;
 const INSTALLED_ANNOTATION = `.${ShimNodeLabels.DOMAIN}/installed`;
@@ -165,7 +174,12 @@ export class NodeAgent {
   }
 
   private onNode(node: any): void {
-    this.node = { labels: node.metadata?.labels ?? {}, annotations: node.metadata?.annotations ?? {} };
+    const handlers: string[] = (node.status?.runtimeHandlers ?? []).map((h: any) => h?.name ?? '');
+    this.node = {
+      labels: node.metadata?.labels ?? {},
+      annotations: node.metadata?.annotations ?? {},
+      ...(handlers.length > 0 ? { runtimeHandlers: handlers } : {}),
+    };
     if (this.stopped) return;
     let added = false;
     const present = requestsOn(this.node.annotations);
@@ -243,6 +257,12 @@ export class NodeAgent {
     };
     try {
       const result = await this.runInstaller(shim, admitted);
+      if (admitted.operation === 'install' && !(await this.listedByKubelet(admitted.handler))) {
+        // Stopping: the next agent runs the request again (the install is then `unchanged`) and waits for the kubelet itself.
+        clearTimeout(progressTimer);
+        this.log.info('stopping while the kubelet does not list the handler yet: the outcome is left to the next agent', { shim, request: admitted.name });
+        return;
+      }
       await outcomeReport({
         phase: 'succeeded',
         finishedAt: new Date().toISOString(),
@@ -257,6 +277,27 @@ export class NodeAgent {
         finishedAt: new Date().toISOString(),
         result: { outcome: 'failed', reason: err.reason, message: err.message.split('\n')[0].slice(0, 1000), exitCode: err.exitCode },
       }).catch(r => this.log.error('could not report a failure', { request: admitted.name, error: (r as Error).message }));
+    }
+  }
+
+  /**
+   * Where the node's kubelet reports its runtime handlers, an install counts once it lists the
+   * handler (what the runtime itself serves), within KUBELET_REPORT_WAIT_MS; else it failed.
+   * The controller, which reads no Node status in this install mode, leaves this to the agent.
+   * A node that reports none (Kubernetes before 1.30, containerd before 2.0) goes by the
+   * installer's own check alone. False: the agent is stopping, and the kubelet has not listed it yet.
+   */
+  private async listedByKubelet(handler: string): Promise<boolean> {
+    const wait = this.settings.kubeletReportWaitMs ?? KUBELET_REPORT_WAIT_MS;
+    const deadline = Date.now() + wait;
+    for (;;) {
+      const listed = this.node?.runtimeHandlers;
+      if (listed === undefined || listed.includes(handler)) return true;
+      if (this.stopped) return false;
+      if (Date.now() >= deadline) {
+        throw new InstallerError(ExitCode.CONFIG_FAILED, HANDLER_NOT_REPORTED, handlerNotReportedMessage(handler, listed, wait));
+      }
+      await new Promise(res => setTimeout(res, KUBELET_POLL_MS));
     }
   }
 

@@ -9,6 +9,7 @@ import { ContainerdRestart } from './rollout';
 import { ShimConstruct, ShimConstructProps } from './shim';
 import { ShimDefinition } from './shim-definition';
 import { ShimToleration } from './toleration';
+import { AGENT_POD_LABELS } from '../shared/agent-protocol';
 import { installerEnvNameProblem, isDnsLabel, isDnsSubdomain, isQuantity } from '../shared/validation';
 
 /** Where the published images live. */
@@ -712,7 +713,8 @@ export class RuntimeClassManager extends Construct {
     resources: Required<ControllerResources>, driftSeconds: number, tolerations: ShimToleration[],
     annotations: { [key: string]: string }, installerEnv: { name: string; value: string }[]): ApiObject {
     const name = 'rcm-node-agent';
-    const selector = { ...COMMON_LABELS, 'app.kubernetes.io/component': 'node-agent' };
+    // The controller finds the agents by these labels (AGENT_POD_LABELS).
+    const selector = { ...COMMON_LABELS, ...AGENT_POD_LABELS };
     const metadata = (namespaced: boolean) => ({
       name,
       ...(namespaced ? { namespace: this.installerNamespace } : {}),

@@ -1,6 +1,7 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
+import { AgentNodeViews } from './agent-node-views';
 import { admitPatch, observeRequests, withdrawPatch } from './agent-requests';
 import { Handlers, Informer } from './informer';
 import { CreatedJob, ObservedJob } from './job-judgement';
@@ -9,9 +10,12 @@ import { Metrics } from './metrics';
 import { FINALIZER, planPass } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
-import { nodeChangeAffects, SlimJob, slimJob, slimNode, SlimPod, slimPod, slimRuntimeClass, slimShim } from './slim';
-import { jobFromProto, nodeFromProto, podFromProto } from './slim-proto';
+import {
+  AgentPod, NodeMetadata, nodeChangeAffects, slimAgentPod, SlimJob, slimJob, slimNode, slimNodeMetadata, SlimPod, slimPod, slimRuntimeClass, slimShim,
+} from './slim';
+import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from './slim-proto';
 import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
+import { AGENT_POD_SELECTOR } from '../shared/agent-protocol';
 import { isConflictOrExists, Kube, unlessNotFound } from '../shared/kube/kube';
 import { Logger } from '../shared/log';
 
@@ -30,6 +34,12 @@ export interface ControllerSettings extends JobSettings {
   readonly retry: RetryPolicy;
 }
 
+/** What the controller asks of its Nodes' cache. */
+interface NodeCache {
+  readonly size: number;
+  list(): NodeView[];
+}
+
 export class Controller {
   /**
    * At most one reconcile of a Shim per second per thousand nodes (at least one second apart):
@@ -38,7 +48,8 @@ export class Controller {
    */
   readonly queue = new WorkQueue(200, 60_000, () => this.passIntervalMs());
   private shims!: Informer<ShimObject>;
-  private nodes!: Informer<NodeView>;
+  /** Every Node as the planner sees it: read whole (install mode Jobs), or composed (AgentNodeViews). */
+  private nodes!: NodeCache;
   private jobs?: Informer<SlimJob>;
   private pods?: Informer<SlimPod>;
   private runtimeClasses!: Informer<any>;
@@ -90,8 +101,12 @@ export class Controller {
       // A reconcile of a Shim that is gone drops its metric series.
       delete: s => this.queue.add(s.metadata.name),
     });
-    this.nodes = await this.inform<NodeView>('/api/v1/nodes', { json: slimNode, protobuf: nodeFromProto }, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
-    if (!this.agentMode) await this.informJobs(byAnnotation);
+    if (this.agentMode) {
+      this.nodes = await this.informAgentNodes(onNode);
+    } else {
+      this.nodes = await this.inform<NodeView>('/api/v1/nodes', { json: slimNode, protobuf: nodeFromProto }, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
+      await this.informJobs(byAnnotation);
+    }
     this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', { json: slimRuntimeClass }, {
       add: rc => this.onRuntimeClass(rc), update: (_, rc) => this.onRuntimeClass(rc), delete: rc => this.onRuntimeClass(rc),
     });
@@ -104,6 +119,24 @@ export class Controller {
 
   private get agentMode(): boolean {
     return this.settings.installMode === 'agent';
+  }
+
+  /**
+   * Install mode NodeAgent: the Nodes' metadata, the agent pods (readiness) and the cordoned
+   * Nodes, composed into the planner's views (agent-node-views.ts says why).
+   */
+  private async informAgentNodes(onNode: (before?: NodeView, after?: NodeView) => void): Promise<AgentNodeViews> {
+    const views = new AgentNodeViews(onNode);
+    await this.inform<AgentPod>(`/api/v1/namespaces/${this.settings.namespace}/pods`, { json: slimAgentPod, protobuf: agentPodFromProto }, {
+      add: p => views.putAgent(p), update: (_, p) => views.putAgent(p), delete: p => views.removeAgent(p.name),
+    }, AGENT_POD_SELECTOR);
+    await this.inform<string>('/api/v1/nodes', { json: (raw: any) => raw.metadata.name, protobuf: b => objectMeta(b).name, metadataOnly: true }, {
+      add: n => views.setCordoned(n, true), delete: n => views.setCordoned(n, false),
+    }, undefined, 'spec.unschedulable=true', 'cordoned');
+    await this.inform<NodeMetadata>('/api/v1/nodes', { json: slimNodeMetadata, protobuf: nodeMetadataFromProto, metadataOnly: true }, {
+      add: n => views.putNode(n), update: (_, n) => views.putNode(n), delete: n => views.removeNode(n.name),
+    });
+    return views;
   }
 
   /** The installer Jobs and their pods (install mode Jobs). */
@@ -148,16 +181,17 @@ export class Controller {
    * Shim being deleted go while its shim stays on every node (I5). A refused LIST (RBAC, a
    * timeout, a 5xx) is retried; the controller is not ready meanwhile.
    */
-  private async inform<T>(path: string, read: { json: (raw: any) => T; protobuf?: (object: Buffer) => T }, handlers: Handlers<T>,
-    labelSelector?: string, fieldSelector?: string): Promise<Informer<T>> {
+  private async inform<T>(path: string, read: { json: (raw: any) => T; protobuf?: (object: Buffer) => T; metadataOnly?: boolean },
+    handlers: Handlers<T>, labelSelector?: string, fieldSelector?: string, metric?: string): Promise<Informer<T>> {
+    const resource = metric ?? path.slice(path.lastIndexOf('/') + 1);
     const informer = new Informer<T>(this.kube, {
       path,
       labelSelector,
       fieldSelector,
       transform: read.json,
       decode: read.protobuf,
+      metadataOnly: read.metadataOnly,
       onReceived: bytes => {
-        const resource = path.slice(path.lastIndexOf('/') + 1);
         this.metrics.watchEvents.inc({ resource });
         this.metrics.watchBytes.inc({ resource }, bytes);
       },

@@ -18,7 +18,7 @@ interface Flag extends FlagSpec {
 export const FLAGS: Flag[] = [
   { name: 'kubeconfig', arg: 'FILE', help: 'kubeconfig file (default: in-cluster config)' },
   { name: 'namespace', arg: 'NAME', help: 'namespace of the controller (its Lease) and, by default, of its installer Jobs', default: process.env.POD_NAMESPACE ?? 'runtime-class-manager' },
-  { name: 'installer-namespace', arg: 'NAME', help: 'namespace of the installer Jobs, their pods and pull secrets (default: --namespace)' },
+  { name: 'installer-namespace', arg: 'NAME', help: 'namespace of the installer Jobs, their pods and pull secrets, and of the node agent pods (default: --namespace)' },
   { name: 'installer-image', arg: 'IMAGE', help: 'node installer image', default: `ghcr.io/runtime-class-manager-cdk8s/rcm-node-installer:${VERSION}` },
   { name: 'installer-image-pull-policy', arg: 'POLICY', help: 'Always, IfNotPresent or Never', default: 'IfNotPresent' },
   { name: 'installer-image-pull-secret', arg: 'NAME', help: 'a Secret in the installer namespace that installer pods pull their images with (repeatable)', repeat: true },

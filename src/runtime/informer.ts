@@ -4,7 +4,7 @@
 // reduced before it is cached, LISTs are paginated, and a watch that expired (410 Gone)
 // lists again. Built-in kinds are read as protobuf, whose unread parts cost nothing to skip.
 import { objectMeta, statusFromProto } from './slim-proto';
-import { ApiError, Kube } from '../shared/kube/kube';
+import { ApiError, Kube, PROTOBUF, PROTOBUF_METADATA, PROTOBUF_METADATA_LIST } from '../shared/kube/kube';
 import { Fields, unwrap } from '../shared/kube/protobuf';
 
 export interface InformerOptions<T> {
@@ -19,6 +19,12 @@ export interface InformerOptions<T> {
    * lists and watches use protobuf and `transform` is not used.
    */
   readonly decode?: (object: Buffer) => T;
+  /**
+   * With `decode`: the objects' metadata only (PartialObjectMetadata; `decode` gets an object
+   * whose spec and status are absent). A Node's spec and status are four fifths of its bytes,
+   * and every kubelet heartbeat sends them again.
+   */
+  readonly metadataOnly?: boolean;
   /** Objects per LIST page. */
   readonly pageSize?: number;
   /** Called for each object received, with its size in characters (lists and watches). */
@@ -115,7 +121,7 @@ export class Informer<T> {
 
   /** A list as protobuf: metadata = 1 (ListMeta: resourceVersion = 2, continue = 3), items = 2. */
   private async protobufPage(query: string, into: Map<string, T>): Promise<{ continue: string; resourceVersion: string }> {
-    const list = await this.kube.getProtobuf(query);
+    const list = await this.kube.getProtobuf(query, this.options.metadataOnly ? PROTOBUF_METADATA_LIST : PROTOBUF);
     const meta = { continue: '', resourceVersion: '' };
     const f = new Fields(list);
     while (f.next()) {
@@ -152,7 +158,7 @@ export class Informer<T> {
         const object = unwrap(enveloped);
         const { name, resourceVersion } = objectMeta(object);
         this.apply(type, name, resourceVersion, () => this.options.decode!(object));
-      })
+      }, this.options.metadataOnly ? PROTOBUF_METADATA : PROTOBUF)
       : this.kube.watch(path, (event, bytes) => {
         this.options.onReceived?.(bytes);
         const raw = event.object;

@@ -17,6 +17,7 @@ import {
   RetryPolicy, RuntimeClassView,
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
+import { HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS } from '../shared/agent-protocol';
 import { ShimNodeLabels } from '../shared/node-labels';
 import { isDnsLabel, labelValueProblem, metadataKeyProblem, nodeArch, runtimeOptionProblem } from '../shared/validation';
 
@@ -307,15 +308,8 @@ function nextStep(record: NodeRecord, serving: boolean, desired: Omit<Step, 'ope
   return stale ? { operation: 'uninstall', handler: stale.handler, revision: stale.revision } : undefined;
 }
 
-/**
- * How long an install that succeeded waits for its node to list the handler in
- * `status.runtimeHandlers`, on nodes that report that field: the kubelet posts a changed
- * status within its nodeStatusUpdateFrequency (10 s by default).
- */
-export const KUBELET_REPORT_WAIT_MS = 60_000;
-
-/** The reason of an install whose handler the node's kubelet did not list in time. */
-export const HANDLER_NOT_REPORTED = 'HandlerNotReportedByKubelet';
+// The kubelet's confirmation (shared with the node agent, which confirms its own installs).
+export { HANDLER_NOT_REPORTED, KUBELET_REPORT_WAIT_MS };
 
 /**
  * Where a node reports its runtime handlers, an install counts only once the kubelet lists
@@ -336,7 +330,7 @@ export function confirmByKubelet(job: JobView, node: NodeView | undefined, nowMs
       phase: 'failed',
       result: {
         reason: HANDLER_NOT_REPORTED,
-        message: `the installer reported ${job.handler} installed, but the node's kubelet did not list it in status.runtimeHandlers within ${KUBELET_REPORT_WAIT_MS / 1000}s (it lists ${listed.map(h => h || '(default)').join(', ')})`,
+        message: handlerNotReportedMessage(job.handler, listed),
       },
     },
   };

@@ -2,7 +2,7 @@
 // protobuf encoding: the same values slim.ts keeps from JSON (a test holds the two equal on
 // objects from a real API server), without decoding what is dropped. Field numbers are
 // those of k8s.io/api's generated.proto (core/v1, batch/v1) and apimachinery's meta/v1.
-import { ContainerState, OUR_ANNOTATIONS, runtimeHandlersOf, SlimJob, SlimPod } from './slim';
+import { AgentPod, ContainerState, NodeMetadata, OUR_ANNOTATIONS, runtimeHandlersOf, SlimJob, SlimPod } from './slim';
 import { NodeView } from './types';
 import { Fields } from '../shared/kube/protobuf';
 
@@ -26,11 +26,12 @@ interface Meta {
   name: string;
   uid?: string;
   creationTimestamp?: string;
+  deletionTimestamp?: string;
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
 }
 
-/** ObjectMeta: name 1, uid 5, creationTimestamp 8, labels 11, annotations 12 (managedFields, 17, is skipped). */
+/** ObjectMeta: name 1, uid 5, creationTimestamp 8, deletionTimestamp 9, labels 11, annotations 12 (managedFields, 17, is skipped). */
 function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true): Meta {
   const m: Meta = { name: '' };
   const e = f.nested();
@@ -39,6 +40,7 @@ function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true):
       case 1: m.name = e.text(); break;
       case 5: m.uid = optional(e.text()); break;
       case 8: m.creationTimestamp = e.time(); break;
+      case 9: m.deletionTimestamp = e.time(); break;
       case 11: {
         const [k, v] = e.mapEntry();
         (m.labels ??= {})[k] = v;
@@ -116,6 +118,35 @@ export function nodeFromProto(buf: Buffer): NodeView {
     },
   });
   return { name: m.name, labels: m.labels ?? {}, annotations: m.annotations ?? {}, ready, schedulable, bootID, ...runtimeHandlersOf(handlers) };
+}
+
+/** A Node's metadata (PartialObjectMetadata, or a whole Node): its name, labels and our annotations. */
+export function nodeMetadataFromProto(buf: Buffer): NodeMetadata {
+  const m = readObject(buf, { keepAnnotation: ours, status: () => undefined });
+  return { name: m.name, labels: m.labels ?? {}, annotations: m.annotations ?? {} };
+}
+
+/** A node agent's pod: metadata 1 (deletionTimestamp 9), spec 2 (nodeName 10), status 3 (conditions 2: type 1, status 2). */
+export function agentPodFromProto(buf: Buffer): AgentPod {
+  let node = '';
+  let ready = false;
+  const m = readObject(buf, {
+    spec: s => {
+      if (s.no === 10) node = s.text();
+    },
+    status: s => {
+      if (s.no !== 2) return;
+      let type = '';
+      let status = '';
+      const c = s.nested();
+      while (c.next()) {
+        if (c.no === 1) type = c.text();
+        else if (c.no === 2) status = c.text();
+      }
+      if (type === 'Ready' && status === 'True') ready = true;
+    },
+  });
+  return { name: m.name, node, ready: ready && m.deletionTimestamp === undefined };
 }
 
 /**

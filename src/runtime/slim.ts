@@ -40,6 +40,30 @@ export function slimNode(raw: any): NodeView {
   };
 }
 
+/** What a Node's metadata alone tells: its name, labels and this controller's annotations. */
+export type NodeMetadata = Pick<NodeView, 'name' | 'labels' | 'annotations'>;
+
+export function slimNodeMetadata(raw: any): NodeMetadata {
+  const { name, labels, annotations } = slimNode({ metadata: raw.metadata });
+  return { name, labels, annotations };
+}
+
+/**
+ * A node agent's pod (install mode NodeAgent): its node, and whether it is Ready and not
+ * being deleted (an agent that stops takes no new request).
+ */
+export interface AgentPod {
+  readonly name: string;
+  /** `spec.nodeName` ("" before the pod is bound). */
+  readonly node: string;
+  readonly ready: boolean;
+}
+
+export function slimAgentPod(raw: any): AgentPod {
+  const ready = (raw.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True');
+  return { name: raw.metadata.name, node: raw.spec?.nodeName ?? '', ready: ready && !raw.metadata.deletionTimestamp };
+}
+
 /** The node's runtime handlers, absent where it reports none (the field is unknown to its kubelet, or its runtime tells none). */
 export function runtimeHandlersOf(names: string[]): { runtimeHandlers?: readonly string[] } {
   return names.length > 0 ? { runtimeHandlers: names } : {};

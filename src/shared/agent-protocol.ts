@@ -46,6 +46,34 @@ export interface AgentResult {
   readonly result?: { readonly outcome?: string; readonly reason?: string; readonly message?: string; readonly exitCode?: number };
 }
 
+/**
+ * How long an install that succeeded waits for its node to list the handler in
+ * `status.runtimeHandlers`, on nodes that report that field: the kubelet posts a changed
+ * status within its nodeStatusUpdateFrequency (10 s by default). The controller waits this
+ * long for a Job's install; the node agent, which reads its Node whole, for its own.
+ */
+export const KUBELET_REPORT_WAIT_MS = 60_000;
+
+/** The reason of an install whose handler the node's kubelet did not list in time. */
+export const HANDLER_NOT_REPORTED = 'HandlerNotReportedByKubelet';
+
+/** The failure message of such an install; `listed`: what the kubelet lists ("" the default handler). */
+export function handlerNotReportedMessage(handler: string, listed: readonly string[], waitedMs = KUBELET_REPORT_WAIT_MS): string {
+  return `the installer reported ${handler} installed, but the node's kubelet did not list it in status.runtimeHandlers within ${waitedMs / 1000}s (it lists ${listed.map(h => h || '(default)').join(', ')})`;
+}
+
+/**
+ * The labels of the node agent's pods, which the DaemonSet's selector holds: the controller
+ * finds the agents by them (a node is ready for a request while its agent pod is Ready).
+ */
+export const AGENT_POD_LABELS: Readonly<Record<string, string>> = {
+  'app.kubernetes.io/name': 'runtime-class-manager',
+  'app.kubernetes.io/component': 'node-agent',
+};
+
+/** AGENT_POD_LABELS as a label selector. */
+export const AGENT_POD_SELECTOR = Object.entries(AGENT_POD_LABELS).map(([k, v]) => `${k}=${v}`).join(',');
+
 const SUFFIX = `.${ShimNodeLabels.DOMAIN}/`;
 
 export function requestKey(shimName: string): string {

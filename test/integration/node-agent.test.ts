@@ -6,6 +6,7 @@ import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
 import { RuntimeClassManager, ShimNodeLabels } from '../../src';
 import { requestKey, resultKey } from '../../src/shared/agent-protocol';
+import { createAgentPod } from '../support/agent-pods';
 import { ContainerdDaemon, startContainerd } from '../support/containerd-daemon';
 import { ControlPlane, freePort, startControlPlane } from '../support/control-plane';
 import { ArtifactServer, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
@@ -109,6 +110,9 @@ beforeAll(async () => {
   await admin.request('PATCH', `/api/v1/nodes/${NODE}/status`, {
     status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: '', lastHeartbeatTime: now, lastTransitionTime: now }], nodeInfo: { bootID: 'boot-1' } },
   }, 'application/strategic-merge-patch+json');
+  // The agent runs below as a process on this machine; its pod, which the controller reads the node's readiness from, is as its kubelet would report it.
+  await admin.request('POST', `/api/v1/namespaces/${NS}/serviceaccounts`, { metadata: { name: 'default' } });
+  await createAgentPod(admin, NS, NODE);
 
   const restartCommand = `echo restart >> ${restartLog}; ${daemon.restartCommand}`;
   start('controller', [CONTROLLER, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--install-mode=agent', '--leader-elect=false',

@@ -1,9 +1,9 @@
 import * as fs from 'fs';
 import * as https from 'https';
 import { Informer } from '../../src/runtime/informer';
-import { slimJob, slimNode, slimPod } from '../../src/runtime/slim';
-import { jobFromProto, nodeFromProto, podFromProto } from '../../src/runtime/slim-proto';
-import { ApiError, Kube, WRITE_ACCEPT } from '../../src/shared/kube/kube';
+import { slimAgentPod, slimJob, slimNode, slimNodeMetadata, slimPod } from '../../src/runtime/slim';
+import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from '../../src/runtime/slim-proto';
+import { ApiError, Kube, PROTOBUF_METADATA, WRITE_ACCEPT } from '../../src/shared/kube/kube';
 import { kubeconfigAccess } from '../../src/shared/kube/kube-config';
 import { ControlPlane, startControlPlane } from '../support/control-plane';
 import { eventually, Rest } from '../support/rest';
@@ -199,4 +199,72 @@ test('a collection DELETE asks back only metadata too (a list of it), and does w
   await kube.deleteCollection(`/apis/batch/v1/namespaces/${NS}/jobs?labelSelector=${encodeURIComponent('pb-del=yes')}`, { propagationPolicy: 'Background' });
   // THEN the request succeeds (PartialObjectMetadata for a list is refused with 406) and they are gone
   expect((await admin.get(`/apis/batch/v1/namespaces/${NS}/jobs?labelSelector=${encodeURIComponent('pb-del=yes')}`)).items).toEqual([]);
+});
+
+test('install mode NodeAgent: Node metadata alone (labels, our annotations), a fraction of the bytes, in GETs, LISTs and watches; cordoned Nodes by a field selector', async () => {
+  // GIVEN a realistic node of ours, cordoned
+  await makeNode('pb-node-m', 6, { ours: true, unschedulable: true });
+  // WHEN it is read as metadata only, and whole
+  const metadata = await kube.getProtobuf('/api/v1/nodes/pb-node-m', PROTOBUF_METADATA);
+  const whole = await kube.getProtobuf('/api/v1/nodes/pb-node-m');
+  // THEN the metadata tells the same labels and annotations of ours as the whole Node read as JSON
+  const { name, labels, annotations } = slimNode(await admin.get('/api/v1/nodes/pb-node-m'));
+  expect(nodeMetadataFromProto(metadata)).toEqual({ name, labels, annotations });
+  expect(slimNodeMetadata(await admin.get('/api/v1/nodes/pb-node-m'))).toEqual({ name, labels, annotations });
+  expect(Object.keys(annotations)).toEqual([`spin.${DOMAIN}/installed`]);
+  // AND it is a fraction of the whole (no images, conditions, nodeInfo)
+  expect(metadata.length).toBeLessThan(whole.length / 3);
+
+  // GIVEN informers as the controller keeps them in this mode: every Node's metadata, and the cordoned ones
+  const nodes = new Informer(kube, { path: '/api/v1/nodes', transform: slimNodeMetadata, decode: nodeMetadataFromProto, metadataOnly: true, pageSize: 2 });
+  const cordoned = new Informer(kube, {
+    path: '/api/v1/nodes', fieldSelector: 'spec.unschedulable=true', transform: (raw: any) => raw.metadata.name as string, decode: b => objectMeta(b).name, metadataOnly: true,
+  });
+  await Promise.all([nodes.start(), cordoned.start()]);
+  try {
+    // THEN the paginated list holds every node, and the cordoned list only the cordoned ones
+    const all = (await admin.get('/api/v1/nodes')).items;
+    expect(nodes.list().map(n => n.name).sort()).toEqual(all.map((n: any) => n.metadata.name).sort());
+    expect(cordoned.list().sort()).toEqual(all.filter((n: any) => n.spec.unschedulable).map((n: any) => n.metadata.name).sort());
+    expect(cordoned.get('pb-node-m')).toBe('pb-node-m');
+    // WHEN the node gets a label and is uncordoned, and another node is cordoned
+    await makeNode('pb-node-n', 7, {});
+    await admin.patch('/api/v1/nodes/pb-node-m', { metadata: { labels: { [`spin.${DOMAIN}/state`]: 'provisioned' } }, spec: { unschedulable: null } });
+    await admin.patch('/api/v1/nodes/pb-node-n', { spec: { unschedulable: true } });
+    // THEN the watches deliver it: the label in the metadata, the node leaving and joining the cordoned list
+    await eventually(async () => nodes.get('pb-node-m')?.labels[`spin.${DOMAIN}/state`] === 'provisioned'
+      && cordoned.get('pb-node-m') === undefined && cordoned.get('pb-node-n') === 'pb-node-n' && nodes.get('pb-node-n') !== undefined,
+    20_000, () => JSON.stringify({ m: nodes.get('pb-node-m'), cordoned: cordoned.list() }));
+  } finally {
+    nodes.stop();
+    cordoned.stop();
+  }
+});
+
+test('install mode NodeAgent: an agent pod\'s node and readiness read alike from protobuf and JSON; one being deleted is not ready', async () => {
+  // GIVEN agent pods bound to a node: one Ready, one not, one Ready but being deleted (no kubelet here ends it)
+  const agentPod = (name: string) => ({
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, labels: { 'app.kubernetes.io/component': 'node-agent' } },
+    spec: { nodeName: 'pb-node-a', automountServiceAccountToken: false, containers: [{ name: 'agent', image: 'x' }] },
+  });
+  await admin.request('POST', `/api/v1/namespaces/${NS}/serviceaccounts`, { metadata: { name: 'default' } }).catch(() => undefined);
+  const t = '2026-11-25T10:00:00Z';
+  for (const [name, ready] of [['pb-agent-ready', 'True'], ['pb-agent-starting', 'False'], ['pb-agent-leaving', 'True']]) {
+    await admin.request('POST', `/api/v1/namespaces/${NS}/pods`, agentPod(name));
+    await admin.request('PATCH', `/api/v1/namespaces/${NS}/pods/${name}/status`, {
+      status: { phase: 'Running', startTime: t, conditions: [{ type: 'PodScheduled', status: 'True', lastTransitionTime: t }, { type: 'Ready', status: ready, lastTransitionTime: t }] },
+    }, 'application/merge-patch+json');
+  }
+  await admin.request('DELETE', `/api/v1/namespaces/${NS}/pods/pb-agent-leaving`);
+  // WHEN each is read both ways, THEN the views are equal and say what was written
+  const expected: Record<string, boolean> = { 'pb-agent-ready': true, 'pb-agent-starting': false, 'pb-agent-leaving': false };
+  for (const [name, ready] of Object.entries(expected)) {
+    const path = `/api/v1/namespaces/${NS}/pods/${name}`;
+    const fromJson = slimAgentPod(await admin.get(path));
+    expect(agentPodFromProto(await kube.getProtobuf(path))).toEqual(fromJson);
+    expect(fromJson).toEqual({ name, node: 'pb-node-a', ready });
+  }
+  expect((await admin.get(`/api/v1/namespaces/${NS}/pods/pb-agent-leaving`)).metadata.deletionTimestamp).toBeDefined();
 });

@@ -15,6 +15,13 @@ export const APPLY_PATCH = 'application/apply-patch+yaml';
 /** The API server's protobuf encoding, which built-in kinds (not custom resources) support. */
 export const PROTOBUF = 'application/vnd.kubernetes.protobuf';
 /**
+ * An object's metadata only (PartialObjectMetadata, GA since Kubernetes 1.15), as protobuf:
+ * what a reader that needs no spec nor status asks, so that the API server sends neither.
+ */
+export const PROTOBUF_METADATA = `${PROTOBUF};as=PartialObjectMetadata;g=meta.k8s.io;v=v1`;
+/** The same for a list (the API server names the list kind apart). */
+export const PROTOBUF_METADATA_LIST = `${PROTOBUF};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`;
+/**
  * What a write asks back: only the object's metadata, else the whole object. No caller reads
  * what a write returns, and a patched realistic Node is 14 KB of JSON (2.6 KB as metadata),
  * received, decrypted and encoded by the API server thousands of times in a rollout. Errors
@@ -196,11 +203,13 @@ export class Kube {
 
   /**
    * A protobuf watch (built-in kinds only): `onEvent` gets each event's type and its object,
-   * still encoded (the `k8s` envelope included), with the frame's length.
+   * still encoded (the `k8s` envelope included), with the frame's length. `accept`:
+   * PROTOBUF_METADATA for the objects' metadata only.
    */
-  watchProtobuf(path: string, onEvent: (type: WatchEvent['type'], object: Buffer, bytes: number) => void): { done: Promise<void>; abort: () => void } {
+  watchProtobuf(path: string, onEvent: (type: WatchEvent['type'], object: Buffer, bytes: number) => void,
+    accept = PROTOBUF): { done: Promise<void>; abort: () => void } {
     const frames = new FrameSplitter();
-    return this.stream(path, PROTOBUF, chunk => {
+    return this.stream(path, accept, chunk => {
       for (const frame of frames.push(chunk)) {
         // metav1.WatchEvent: type = 1, object = 2 (a RawExtension: raw = 1).
         let type = '';
@@ -219,10 +228,10 @@ export class Kube {
     });
   }
 
-  /** A GET of a built-in kind as protobuf: the object inside the envelope. */
-  async getProtobuf(path: string): Promise<Buffer> {
+  /** A GET of a built-in kind as protobuf: the object inside the envelope (`accept`: PROTOBUF_METADATA(_LIST) for metadata only). */
+  async getProtobuf(path: string, accept = PROTOBUF): Promise<Buffer> {
     await this.limiter?.take();
-    const options = this.options('GET', path, { Accept: PROTOBUF }, 30_000);
+    const options = this.options('GET', path, { Accept: accept }, 30_000);
     const body = await new Promise<Buffer>((resolve, reject) => {
       const req = https.request(options, res => {
         const chunks: Buffer[] = [];

@@ -1,0 +1,81 @@
+import { AgentNodeViews } from '../../src/runtime/agent-node-views';
+import { AgentPod, NodeMetadata } from '../../src/runtime/slim';
+import { NodeView } from '../../src/runtime/types';
+
+// Install mode NodeAgent: the planner's view of a node, composed from the Node's metadata, its
+// agent pod (readiness) and the cordoned Nodes. Every change that alters a view is reported
+// with the view before and after (the controller then decides which Shims to reconcile).
+
+const meta = (name: string, labels: Record<string, string> = {}): NodeMetadata => ({ name, labels, annotations: {} });
+const pod = (name: string, node: string, ready = true): AgentPod => ({ name, node, ready });
+
+function bed(): { views: AgentNodeViews; changes: [NodeView | undefined, NodeView | undefined][] } {
+  const changes: [NodeView | undefined, NodeView | undefined][] = [];
+  return { views: new AgentNodeViews((before, after) => changes.push([before, after])), changes };
+}
+
+type Step = (v: AgentNodeViews) => void;
+
+describe('a node is ready while a Ready agent pod runs on it, and schedulable unless cordoned', () => {
+  test.each<[string, Step[], Pick<NodeView, 'ready' | 'schedulable'> | undefined]>([
+    ['a node without an agent pod: not ready (nobody to carry out a request)', [v => v.putNode(meta('n1'))], { ready: false, schedulable: true }],
+    ['its agent pod Ready', [v => v.putNode(meta('n1')), v => v.putAgent(pod('a1', 'n1'))], { ready: true, schedulable: true }],
+    ['the agent pod arrived before the node', [v => v.putAgent(pod('a1', 'n1')), v => v.putNode(meta('n1'))], { ready: true, schedulable: true }],
+    ['its agent pod not Ready (starting, or its node stopped reporting)', [v => v.putNode(meta('n1')), v => v.putAgent(pod('a1', 'n1', false))], { ready: false, schedulable: true }],
+    ['its agent pod Ready, then not', [v => v.putNode(meta('n1')), v => v.putAgent(pod('a1', 'n1')), v => v.putAgent(pod('a1', 'n1', false))], { ready: false, schedulable: true }],
+    ['its agent pod deleted', [v => v.putNode(meta('n1')), v => v.putAgent(pod('a1', 'n1')), v => v.removeAgent('a1')], { ready: false, schedulable: true }],
+    ['a rolling update: the new pod Ready before the old one goes', [
+      v => v.putNode(meta('n1')), v => v.putAgent(pod('a1', 'n1')), v => v.putAgent(pod('a2', 'n1')), v => v.removeAgent('a1'),
+    ], { ready: true, schedulable: true }],
+    ['another node\'s agent pod', [v => v.putNode(meta('n1')), v => v.putAgent(pod('a2', 'n2'))], { ready: false, schedulable: true }],
+    ['a pod not bound yet', [v => v.putNode(meta('n1')), v => v.putAgent(pod('a1', ''))], { ready: false, schedulable: true }],
+    ['cordoned', [v => v.putNode(meta('n1')), v => v.putAgent(pod('a1', 'n1')), v => v.setCordoned('n1', true)], { ready: true, schedulable: false }],
+    ['cordoned, then not', [v => v.putNode(meta('n1')), v => v.setCordoned('n1', true), v => v.setCordoned('n1', false)], { ready: false, schedulable: true }],
+    ['the node deleted', [v => v.putNode(meta('n1')), v => v.putAgent(pod('a1', 'n1')), v => v.removeNode('n1')], undefined],
+  ])('%s', (_what, steps, expected) => {
+    // GIVEN the steps, in order
+    const { views } = bed();
+    for (const step of steps) step(views);
+    // THEN the node's view says so
+    const view = views.get('n1');
+    if (expected === undefined) expect(view).toBeUndefined();
+    else expect(view).toMatchObject({ name: 'n1', ...expected });
+  });
+});
+
+test('each change of a view is reported with the view before and after; facts about unknown nodes are kept, not reported', () => {
+  // GIVEN views with one node
+  const { views, changes } = bed();
+  views.putAgent(pod('a1', 'n1'));
+  views.setCordoned('n1', true);
+  expect(changes).toEqual([]);
+  // WHEN the node arrives, its labels change, it is uncordoned, and it goes
+  views.putNode(meta('n1'));
+  views.putNode(meta('n1', { pool: 'wasm' }));
+  views.setCordoned('n1', false);
+  views.setCordoned('n1', false); // no change
+  views.removeNode('n1');
+  // THEN each change came with before and after
+  const facts = (v: NodeView | undefined) => v && { ready: v.ready, schedulable: v.schedulable, labels: v.labels };
+  expect(changes.map(([b, a]) => [facts(b), facts(a)])).toEqual([
+    [undefined, { ready: true, schedulable: false, labels: {} }],
+    [{ ready: true, schedulable: false, labels: {} }, { ready: true, schedulable: false, labels: { pool: 'wasm' } }],
+    [{ ready: true, schedulable: false, labels: { pool: 'wasm' } }, { ready: true, schedulable: true, labels: { pool: 'wasm' } }],
+    [{ ready: true, schedulable: true, labels: { pool: 'wasm' } }, undefined],
+  ]);
+  expect(views.size).toBe(0);
+});
+
+test('a pod that moves to another node (a name reused) makes the first node not ready and the second ready', () => {
+  // GIVEN two nodes, the agent pod a1 on n1
+  const { views } = bed();
+  views.putNode(meta('n1'));
+  views.putNode(meta('n2'));
+  views.putAgent(pod('a1', 'n1'));
+  // WHEN a1 is seen on n2
+  views.putAgent(pod('a1', 'n2'));
+  // THEN n1 has no agent and n2 has one
+  expect(views.get('n1')!.ready).toBe(false);
+  expect(views.get('n2')!.ready).toBe(true);
+  expect(views.list().map(n => n.name).sort()).toEqual(['n1', 'n2']);
+});
