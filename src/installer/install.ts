@@ -285,8 +285,9 @@ export class Installer {
       const got = await early;
       await ahead; // it only reads (its candidate file is gone again), whatever it found
       fetched = unwrap(got);
-    } else if (scratch !== undefined && !this.upToDate(layout)) {
-      fetched = this.installedCopy(this.readState()) ?? await this.fetchArtifact(scratch);
+    } else if (scratch !== undefined) {
+      const state = this.readState();
+      if (!this.upToDate(state, layout)) fetched = this.installedCopy(state) ?? await this.fetchArtifact(scratch);
     }
     unwrap(await unitChecked);
     const waiters = new LockWaiters(lock, this.log);
@@ -359,8 +360,7 @@ export class Installer {
   }
 
   /** The artifact given by its sha256 is installed and intact: nothing to download. */
-  private upToDate(layout: DistroLayout): boolean {
-    const state = this.readState();
+  private upToDate(state: InstallState | undefined, layout: DistroLayout): boolean {
     return !!state && this.o.sha256 === state.sha256 && this.intact(state, layout);
   }
 

@@ -289,6 +289,8 @@ interface Tally {
   failures: (FailedNode & { exhausted: boolean })[];
   inFlight: number;
   waitingForNodes: string[];
+  /** What a node must be to take an operation: Ready (install mode Jobs), or have a Ready agent pod (NodeAgent). */
+  agentMode?: boolean;
   blocked: string[];
   queued: number;
   stopped: boolean;
@@ -383,7 +385,7 @@ export function plan(input: PlanInput): Plan {
     index.set(job.node, [...(index.get(job.node) ?? []), job]);
   }
 
-  const tally = emptyTally(revision, { invalid, deleting, nodes: selected.length });
+  const tally: Tally = { ...emptyTally(revision, { invalid, deleting, nodes: selected.length }), agentMode: input.installMode === 'agent' };
   const candidates: Candidate[] = [];
   let traced = 0;
   const results: Result[] = [];
@@ -645,7 +647,8 @@ function buildStatus(shim: ShimObject, previous: ShimStatus | undefined, now: st
   const describe = (f: FailedNode, n: number) => `node ${f.name}: ${f.reason}: ${f.message}${n > 1 ? ` (and ${n - 1} more)` : ''}`;
   const retrying = failures.filter(f => !f.exhausted);
   const notes = [
-    t.waitingForNodes.length ? `${t.waitingForNodes.length} node(s) not Ready or cordoned (${t.waitingForNodes.slice(0, 3).join(', ')})` : '',
+    t.waitingForNodes.length
+      ? `${t.waitingForNodes.length} node(s) ${t.agentMode ? 'without a Ready node agent pod' : 'not Ready'} or cordoned (${t.waitingForNodes.slice(0, 3).join(', ')})` : '',
     t.blocked.length ? `${t.blocked.length} node(s) wait for another Shim to release the handler (${t.blocked.slice(0, 3).join(', ')})` : '',
     retrying.length ? `${retrying.length} node(s) retrying (${retrying[0].name}: attempt ${retrying[0].attempts} failed: ${retrying[0].reason}; ${retrying[0].nextAttempt ? `next at ${retrying[0].nextAttempt}` : 'the next attempt is under way'})` : '',
     t.queued ? `${t.queued} node(s) queued` : '',

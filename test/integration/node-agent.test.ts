@@ -6,7 +6,7 @@ import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
 import { RuntimeClassManager, ShimNodeLabels } from '../../src';
 import { requestKey, resultKey } from '../../src/shared/agent-protocol';
-import { createAgentPod } from '../support/agent-pods';
+import { createAgentPod, setAgentPodReady } from '../support/agent-pods';
 import { ContainerdDaemon, startContainerd } from '../support/containerd-daemon';
 import { ControlPlane, freePort, startControlPlane } from '../support/control-plane';
 import { ArtifactServer, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
@@ -225,4 +225,35 @@ test('deleting both Shims uninstalls them through the agent: the config is the o
   expect(fs.existsSync(path.join(daemon.dir, 'opt', 'rcm', 'shims'))).toBe(false);
   // AND one containerd restart for both (the uninstalls the controller admitted one pass apart made one change set)
   expect(restarts() - restartsBefore).toBe(1);
+});
+
+test('a node whose agent pod is not Ready, or that is cordoned, takes no request; once its agent is Ready and it is uncordoned, the install goes ahead', async () => {
+  const progressing = async () => (await admin.get(`${SHIMS}/agent-a`)).status?.conditions?.find((c: any) => c.type === 'Progressing')?.message ?? '';
+  const waits = /1 node\(s\) without a Ready node agent pod or cordoned \(n1\)/;
+  // GIVEN the node's agent pod not Ready (starting, or its node gone silent); the node not cordoned
+  await setAgentPodReady(admin, NS, NODE, false);
+  try {
+    // WHEN a Shim selects the node
+    await admin.request('POST', SHIMS, shimSpec('agent-a'));
+    // THEN the Shim says the node waits, and no request is written on it
+    await eventually(async () => waits.test(await progressing()), 30_000, diagnostics);
+    expect((await node()).metadata.annotations?.[requestKey('agent-a')]).toBeUndefined();
+    // WHEN the node is cordoned, then its agent pod becomes Ready
+    await admin.patch(`/api/v1/nodes/${NODE}`, { spec: { unschedulable: true } });
+    await setAgentPodReady(admin, NS, NODE, true);
+    // THEN it still waits, for the cordon (over a few of the controller's passes: --resync-seconds=3)
+    await new Promise(res => setTimeout(res, 4_000));
+    expect((await node()).metadata.annotations?.[requestKey('agent-a')]).toBeUndefined();
+    expect(await progressing()).toMatch(waits);
+    // WHEN the node is uncordoned
+    await admin.patch(`/api/v1/nodes/${NODE}`, { spec: { unschedulable: null } });
+    // THEN the agent installs the Shim and the node is gated in
+    await eventually(async () => ready('agent-a'), 60_000, diagnostics);
+    expect((await node()).metadata.labels[ShimNodeLabels.handlerKey('agent-a')]).toBe('agent-a');
+  } finally {
+    await setAgentPodReady(admin, NS, NODE, true);
+    await admin.patch(`/api/v1/nodes/${NODE}`, { spec: { unschedulable: null } });
+    await admin.request('DELETE', `${SHIMS}/agent-a`).catch(() => undefined);
+    await eventually(async () => (await admin.get(SHIMS)).items.length === 0, 120_000, diagnostics);
+  }
 });

@@ -519,6 +519,17 @@ describe('I6: failures are handled like an operator would', () => {
     expect(created(run({ shim: s, nodes: [node('a'), installed('c', s)] }).actions)).toEqual(['a:install:spin']);
   });
 
+  test('install mode NodeAgent: a node is ready for an operation while its agent pod is, and the status says that is what it waits for', () => {
+    // GIVEN nodes whose views the controller composed: a without a Ready agent pod, b cordoned, c ready
+    const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
+    const nodes = [node('a', {}, {}, { ready: false }), node('b', {}, {}, { schedulable: false }), node('c')];
+    // WHEN the agent-mode pass plans
+    const { actions, status } = run({ shim: s, nodes, installMode: 'agent' });
+    // THEN only c gets a request, and the others are named as waiting for an agent or cordoned
+    expect(created(actions)).toEqual(['c:install:spin']);
+    expect(condition(status, 'Progressing')!.message).toMatch(/2 node\(s\) without a Ready node agent pod or cordoned \(a, b\)/);
+  });
+
   test('item 8: a Job that a NotReady node never started frees its slot for a Ready node', () => {
     const s = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 1 } } });
     const stuck = job('a', s, 'running', 'install', { started: false });
