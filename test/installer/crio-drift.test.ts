@@ -1,10 +1,10 @@
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
 import { CRIO_VERSION_OUTPUTS } from './crio-fixtures';
-import { CrioHosts, served, snapshot, systemctlCalls, waitFor } from './crio-standins';
+import { crioBench, served, snapshot, systemctlCalls } from './crio-standins';
 import { FakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, InstallerRun, publishShim, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { runBundle } from '../support/installer-bundle';
+import { eventually } from '../support/rest';
 
 // CRI-O nodes after the install: CRI-O replaced under an installed handler (a package upgrade
 // changes `crio --version`), and a crio.service that is failed or goes down. On fake hosts
@@ -13,23 +13,11 @@ import { ArtifactServer, buildInstaller, InstallerRun, publishShim, runBundle, s
 
 jest.setTimeout(180_000);
 
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-crio-drift-'));
-let bundle: string;
-let server: ArtifactServer;
-let artifact: { url: string; sha256: string };
-let v1Artifact: { url: string; sha256: string };
-let crio: CrioHosts;
+const bench = crioBench({ name: 'crio-drift' });
+const { bundle, crio, args, expectOk } = bench;
 
 const DROP_IN = 'etc/crio/crio.conf.d/99-rcm-rcmtest.conf';
 const STATE = 'opt/rcm/state/rcmtest.json';
-
-function args(host: FakeHost, extra: string[] = []): string[] {
-  return [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', '--health-timeout=5', '--set-gather=0', ...extra];
-}
-
-function expectOk(r: InstallerRun): void {
-  if (r.code !== 0) throw new Error(`exit ${r.code}: ${r.stderr}`);
-}
 
 /** A package upgrade (or downgrade) of CRI-O: `crio --version` tells another version from now on. */
 function replaceCrio(host: FakeHost, version: keyof typeof CRIO_VERSION_OUTPUTS): void {
@@ -38,24 +26,10 @@ function replaceCrio(host: FakeHost, version: keyof typeof CRIO_VERSION_OUTPUTS)
 
 const read = (host: FakeHost, file: string) => fs.readFileSync(path.join(host.root, file), 'utf8');
 
-beforeAll(async () => {
-  crio = new CrioHosts(work);
-  bundle = buildInstaller(work);
-  server = await startArtifactServer();
-  artifact = await publishShim(server, work);
-  const v1 = await tarGz(work, { 'containerd-shim-rcmtest-v1': shimBinary() });
-  v1Artifact = { url: server.put('shim-v1.tgz', v1), sha256: sha256(v1) };
-});
-afterAll(async () => {
-  await crio?.stopAll();
-  await server?.close();
-  fs.rmSync(work, { recursive: true, force: true });
-});
-
 test('CRI-O replaced (1.23 → 1.29): status reports it; the install verifies the handler with the new CRI-O, records it, reloads nothing', async () => {
   // GIVEN a handler installed on CRI-O 1.23 (one restart)
   const host = await crio.host('1.23.2');
-  expectOk(await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]));
+  expectOk(await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]));
   expect(JSON.parse(read(host, STATE)).crio.build).toMatch(/^crio version 1\.23\.2 Version:\s+1\.23\.2 GitCommit:\s+9a36bb8/);
   const dropIn = read(host, DROP_IN);
   expect((await runBundle(bundle, 'status', args(host))).result).toMatchObject({ installed: true });
@@ -71,7 +45,7 @@ test('CRI-O replaced (1.23 → 1.29): status reports it; the install verifies th
   });
 
   // WHEN the install runs again (the controller admits it again)
-  const again = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+  const again = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]);
   // THEN the running CRI-O serves the handler: it counts as installed, the new version is recorded, nothing else changed
   expectOk(again);
   expect(again.result).toMatchObject({ outcome: 'installed', message: 'handler rcmtest verified with the CRI-O that replaced the one it was installed with' });
@@ -80,20 +54,20 @@ test('CRI-O replaced (1.23 → 1.29): status reports it; the install verifies th
   expect(read(host, DROP_IN)).toBe(dropIn);
   expect(systemctlCalls(host)).toEqual(['restart crio']);
   expect((await runBundle(bundle, 'status', args(host))).result).toMatchObject({ installed: true });
-  expect((await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`])).result.outcome).toBe('unchanged');
+  expect((await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`])).result.outcome).toBe('unchanged');
 });
 
 test('CRI-O replaced by one that refuses the handler\'s -v1 shim (1.37, made up, → 1.29): exit 4 ReplacedCrioRefusesHandler, nothing changed', async () => {
   // GIVEN a -v1 shim installed on a CRI-O that runs -v1 shims (after 1.36)
   const host = await crio.host('1.37.0');
-  const install = await runBundle(bundle, 'install', [...args(host), `--location=${v1Artifact.url}`, `--sha256=${v1Artifact.sha256}`]);
+  const install = await runBundle(bundle, 'install', [...args(host), `--location=${bench.v1Shim.url}`, `--sha256=${bench.v1Shim.sha256}`]);
   expectOk(install);
   expect(install.result.paths.binary).toMatch(/\/containerd-shim-rcmtest-v1$/);
   // WHEN CRI-O is replaced by 1.29, which runs only -v2 shims
   replaceCrio(host, '1.29.1');
   expect((await runBundle(bundle, 'status', args(host))).result).toMatchObject({ installed: false, message: expect.stringMatching(/CRI-O was replaced since/) });
   const before = { ...snapshot(host, 'etc/crio'), ...snapshot(host, 'opt/rcm') };
-  const r = await runBundle(bundle, 'install', [...args(host), `--location=${v1Artifact.url}`, `--sha256=${v1Artifact.sha256}`]);
+  const r = await runBundle(bundle, 'install', [...args(host), `--location=${bench.v1Shim.url}`, `--sha256=${bench.v1Shim.sha256}`]);
   // THEN the reason says so, and nothing on the host changed (no file, no reload)
   expect(r.code).toBe(4);
   expect(r.result).toMatchObject({
@@ -107,13 +81,13 @@ test('CRI-O replaced by one that refuses the handler\'s -v1 shim (1.37, made up,
 
 test('CRI-O replaced by one that does not serve the handler: exit 4 ReplacedCrioRefusesHandler from its running config, nothing changed', async () => {
   const host = await crio.host('1.29.1');
-  expectOk(await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]));
+  expectOk(await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]));
   // GIVEN the upgrade's CRI-O refuses a configuration with the handler and was restarted by the package
   fs.writeFileSync(path.join(host.root, 'etc/crio-standin/refuse'), 'rcmtest');
   replaceCrio(host, '1.37.0');
   expect(() => host.run(['systemctl', 'restart', 'crio'])).toThrow();
   const before = { ...snapshot(host, 'etc/crio'), ...snapshot(host, 'opt/rcm') };
-  const r = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+  const r = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]);
   expect(r.code).toBe(4);
   expect(r.result).toMatchObject({ reason: 'ReplacedCrioRefusesHandler', message: expect.stringMatching(/does not take handler rcmtest: CRI-O does not answer on \/var\/run\/crio\/crio.sock/) });
   expect({ ...snapshot(host, 'etc/crio'), ...snapshot(host, 'opt/rcm') }).toEqual(before);
@@ -125,10 +99,10 @@ test('crio.service failed, CRI-O down (its socket gone): still a CRI-O node; exi
   const host = await crio.host('1.29.1', { 'etc/crio-standin/crash-on-refuse': '', 'etc/crio-standin/no-restart': '' });
   fs.writeFileSync(path.join(host.root, 'etc/crio-standin/refuse'), 'runc');
   host.run(['kill', '-HUP', read(host, 'run/crio-standin/pid').trim()]);
-  await waitFor(() => read(host, 'run/crio-standin/failed'));
+  await eventually(async () => fs.existsSync(path.join(host.root, 'run/crio-standin/failed')), 10_000, () => 'crio.service (stand-in) is not failed', 100);
   expect(fs.existsSync(path.join(host.root, 'run/crio/crio.sock'))).toBe(false);
   const before = snapshot(host, 'etc/crio');
-  const r = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const r = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   expect(r.code).toBe(7);
   expect(r.result).toMatchObject({
     outcome: 'failed',
@@ -145,7 +119,7 @@ test('CRI-O exits on the reload and is not restarted by systemd: the rollback st
   const host = await crio.host('1.29.1', { 'etc/crio-standin/refuse': 'rcmtest', 'etc/crio-standin/crash-on-refuse': '', 'etc/crio-standin/no-restart': '' });
   const before = snapshot(host, 'etc/crio');
   // WHEN installing
-  const r = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const r = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   // THEN CRI-O was down after the reload; the rollback's reload is refused (inactive unit), so crio.service is restarted with the old files
   expect(r.code).toBe(5);
   expect(r.result).toMatchObject({ reason: 'RestartFailedRolledBack' });
@@ -162,7 +136,7 @@ test('a restart that leaves crio.service down for good: exit 6 naming crio.servi
   const host = await crio.host('1.23.2', { 'etc/crio-standin/no-restart': '' });
   fs.writeFileSync(path.join(host.root, 'etc/crio-standin/refuse'), 'runc');
   // WHEN installing: the restart fails, and so does the one after the rollback
-  const r = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const r = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   expect(r.code).toBe(6);
   expect(r.result).toMatchObject({
     reason: 'RestartFailedNotRolledBack',
@@ -172,7 +146,7 @@ test('a restart that leaves crio.service down for good: exit 6 naming crio.servi
   expect(read(host, 'run/crio-standin/failed')).toBe('exit-code\n');
   expect(fs.existsSync(path.join(host.root, 'run/crio/crio.sock'))).toBe(false);
   // THEN the next installer finds crio.service failed: CRI-O's reason, and it restarts nothing
-  const next = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const next = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   expect(next.code).toBe(7);
   expect(next.result).toMatchObject({ reason: 'CrioUnitFailed', message: expect.stringMatching(/^crio\.service is failed \(exit-code\)/) });
   expect(systemctlCalls(host)).toEqual(['restart crio', 'restart crio']);

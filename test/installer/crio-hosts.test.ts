@@ -1,12 +1,12 @@
 import { spawn } from 'child_process';
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
 import { parse } from 'smol-toml';
 import { crioConf5Problems } from './crio-fixtures';
-import { CrioHosts, DEFAULT_DROPIN, served, snapshot, systemctlCalls, waitFor } from './crio-standins';
-import { FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, InstallerRun, publishShim, runBundle, sha256, shimBinary, startArtifactServer, tarGz } from '../support/installer-bundle';
+import { crioBench, DEFAULT_DROPIN, served, snapshot, systemctlCalls } from './crio-standins';
+import { startFakeHost } from '../support/fake-host';
+import { runBundle, sha256, shimBinary, tarGz } from '../support/installer-bundle';
+import { eventually } from '../support/rest';
 
 // CRI-O nodes on fake hosts, with the stand-ins of crio-standins.ts for crio, its daemon and
 // systemctl. NO CRI-O RUNS HERE (no CRI-O package exists for these machines).
@@ -16,34 +16,8 @@ import { ArtifactServer, buildInstaller, InstallerRun, publishShim, runBundle, s
 
 jest.setTimeout(180_000);
 
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-crio-'));
-let bundle: string;
-let server: ArtifactServer;
-let artifact: { url: string; sha256: string };
-let v1Artifact: { url: string; sha256: string };
-let crio: CrioHosts;
-
-function args(host: FakeHost, extra: string[] = []): string[] {
-  return [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', '--health-timeout=5', '--set-gather=0', ...extra];
-}
-
-function expectOk(r: InstallerRun): void {
-  if (r.code !== 0) throw new Error(`exit ${r.code}: ${r.stderr}`);
-}
-
-beforeAll(async () => {
-  crio = new CrioHosts(work);
-  bundle = buildInstaller(work);
-  server = await startArtifactServer();
-  artifact = await publishShim(server, work);
-  const v1 = await tarGz(work, { 'containerd-shim-rcmtest-v1': shimBinary() });
-  v1Artifact = { url: server.put('shim-v1.tgz', v1), sha256: sha256(v1) };
-});
-afterAll(async () => {
-  await crio?.stopAll();
-  await server?.close();
-  fs.rmSync(work, { recursive: true, force: true });
-});
+const bench = crioBench({ name: 'crio' });
+const { work, bundle, crio, args, expectOk } = bench;
 
 test('CRI-O 1.29 (reloads its runtimes on SIGHUP): detected, our drop-in written and reloaded, served, uninstalled byte for byte', async () => {
   // GIVEN a CRI-O node with the distribution's crio.conf and drop-in and kata-deploy's drop-in
@@ -51,7 +25,7 @@ test('CRI-O 1.29 (reloads its runtimes on SIGHUP): detected, our drop-in written
   const etcBefore = snapshot(host, 'etc/crio');
 
   // WHEN the shim is installed (nothing says CRI-O: it is detected)
-  const install = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+  const install = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]);
 
   // THEN it is a CRI-O install, reloaded (not restarted), and CRI-O's running config lists the handler
   expectOk(install);
@@ -78,7 +52,7 @@ test('CRI-O 1.29 (reloads its runtimes on SIGHUP): detected, our drop-in written
 
   // WHEN status is asked, and the same artifact installed again
   const status = await runBundle(bundle, 'status', args(host));
-  const again = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`, `--sha256=${artifact.sha256}`]);
+  const again = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`, `--sha256=${bench.shim.sha256}`]);
   // THEN it is installed, and nothing changes (no reload)
   expect(status.result).toMatchObject({ outcome: 'status', installed: true });
   expect(again.result.outcome).toBe('unchanged');
@@ -105,7 +79,7 @@ test('CRI-O 1.29 (reloads its runtimes on SIGHUP): detected, our drop-in written
 test('CRI-O 1.23 (before 1.26): the same change restarts CRI-O instead, install and uninstall', async () => {
   const host = await crio.host('1.23.2');
   const etcBefore = snapshot(host, 'etc/crio');
-  const install = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const install = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   expectOk(install);
   expect(install.result.crioVersion).toBe('1.23.2');
   expect(systemctlCalls(host)).toEqual(['restart crio']);
@@ -118,12 +92,12 @@ test('CRI-O 1.23 (before 1.26): the same change restarts CRI-O instead, install 
 });
 
 test.each([
-  ['a -v1 shim (CRI-O up to 1.36 runs only -v2 shims)', () => [`--location=${v1Artifact.url}`], /ends in -v2 .*containerd-shim-rcmtest-v1/, {}],
-  ['a per-handler snapshotter', () => [`--location=${artifact.url}`, '--snapshotter=stargz'], /no per-handler snapshotter/, {}],
-  ['an option CRI-O has no field for', () => [`--location=${artifact.url}`, '--runtime-option=Debug=true'], /option Debug cannot be given to a vm runtime/, {}],
-  ['a handler another tool\'s drop-in defines', () => [`--location=${artifact.url}`], /already defined by \/etc\/crio\/crio.conf.d\/50-other/,
+  ['a -v1 shim (CRI-O up to 1.36 runs only -v2 shims)', () => [`--location=${bench.v1Shim.url}`], /ends in -v2 .*containerd-shim-rcmtest-v1/, {}],
+  ['a per-handler snapshotter', () => [`--location=${bench.shim.url}`, '--snapshotter=stargz'], /no per-handler snapshotter/, {}],
+  ['an option CRI-O has no field for', () => [`--location=${bench.shim.url}`, '--runtime-option=Debug=true'], /option Debug cannot be given to a vm runtime/, {}],
+  ['a handler another tool\'s drop-in defines', () => [`--location=${bench.shim.url}`], /already defined by \/etc\/crio\/crio.conf.d\/50-other/,
     { 'etc/crio/crio.conf.d/50-other': '[crio.runtime.runtimes.rcmtest]\nruntime_path = "/usr/bin/other"\n' }],
-  ['our file name taken by a file that is not ours', () => [`--location=${artifact.url}`], /99-rcm-rcmtest.conf exists and was not written by the installer/,
+  ['our file name taken by a file that is not ours', () => [`--location=${bench.shim.url}`], /99-rcm-rcmtest.conf exists and was not written by the installer/,
     { 'etc/crio/crio.conf.d/99-rcm-rcmtest.conf': '[crio.runtime.runtimes.rcmtest]\nruntime_path = "/usr/bin/other"\n' }],
 ])('refused, with nothing changed: %s', async (_what, extra, message, files) => {
   const host = await crio.host('1.29.1', files);
@@ -145,7 +119,7 @@ test.each([
   const host = await crio.host(version, { 'etc/crio-standin/refuse': 'rcmtest' });
   const etcBefore = snapshot(host, 'etc/crio');
   // WHEN installing
-  const r = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const r = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   // THEN the check failed, the drop-in and binary are gone, CRI-O was reloaded (restarted) again and serves without the handler
   expect(r.code).toBe(5);
   expect(r.result).toMatchObject({ reason: 'RestartFailedRolledBack' });
@@ -163,7 +137,7 @@ test('two Shims installed at once on a CRI-O node: one reload for both (the chan
   const host = await crio.host('1.29.1');
   const [a, b] = await Promise.all(['rcm-a', 'rcm-b'].map(handler => runBundle(bundle, 'install', [
     `--host-root=${host.root}`, `--host-pid=${host.pid}`, `--handler=${handler}`, '--shim-name=rcmtest', '--retries=0', '--health-timeout=5',
-    '--set-gather=5', `--location=${artifact.url}`,
+    '--set-gather=5', `--location=${bench.shim.url}`,
   ])));
   expectOk(a);
   expectOk(b);
@@ -179,7 +153,7 @@ test('an OCI runtime in a payload (runc\'s shim type): oci with the payload\'s r
   const host = await crio.host('1.29.1');
   const etcBefore = snapshot(host, 'etc/crio');
   const tgz = await tarGz(work, { 'bin/containerd-shim-runc-v2': shimBinary(), 'bin/runc-wrapper': Buffer.from('#!/bin/sh\nexec runc "$@"\n') });
-  const url = server.put('oci-payload.tgz', tgz);
+  const url = bench.server.put('oci-payload.tgz', tgz);
   // WHEN installed with runc's shim type and the wrapper as BinaryName
   const install = await runBundle(bundle, 'install', [...args(host), `--location=${url}`, '--payload-shim=bin/containerd-shim-runc-v2',
     '--runtime-type=io.containerd.runc.v2', '--runtime-option=BinaryName=${PAYLOAD}/bin/runc-wrapper', '--privileged-without-host-devices=true']);
@@ -199,10 +173,10 @@ test('an OCI runtime in a payload (runc\'s shim type): oci with the payload\'s r
 
 test('a new version: the drop-in is rewritten to the new binary, reloaded once, the old version removed', async () => {
   const host = await crio.host('1.29.1');
-  const first = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const first = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   expectOk(first);
   const tgz = await tarGz(work, { 'containerd-shim-rcmtest-v2': Buffer.concat([shimBinary(), Buffer.from('version 2')]) });
-  const second = await runBundle(bundle, 'install', [...args(host), `--location=${server.put('shim-2.tgz', tgz)}`, `--sha256=${sha256(tgz)}`]);
+  const second = await runBundle(bundle, 'install', [...args(host), `--location=${bench.server.put('shim-2.tgz', tgz)}`, `--sha256=${sha256(tgz)}`]);
   expectOk(second);
   expect(second.result.paths.binary).not.toBe(first.result.paths.binary);
   expect(second.result.changed).toEqual(expect.arrayContaining([
@@ -216,20 +190,18 @@ test('a new version: the drop-in is rewritten to the new binary, reloaded once, 
 test('an installer killed after writing the drop-in: the next run finishes the change (reload, check, record) from the journal', async () => {
   const host = await crio.host('1.29.1');
   // GIVEN an install held right after the drop-in was written, then SIGKILLed
-  const child = spawn(process.execPath, [bundle, 'install', `--result-file=${path.join(work, 'killed.json')}`, ...args(host), `--location=${artifact.url}`],
+  const child = spawn(process.execPath, [bundle, 'install', `--result-file=${path.join(work, 'killed.json')}`, ...args(host), `--location=${bench.shim.url}`],
     { env: { PATH: process.env.PATH, RCM_TEST_PAUSE_AT: 'config-written' } });
   let stderr = '';
   child.stderr.on('data', d => { stderr += d; });
-  await waitFor(() => {
-    if (!stderr.includes('paused at config-written')) throw new Error('not paused yet');
-  }, 30_000);
+  await eventually(async () => stderr.includes('paused at config-written'), 30_000, () => `the installer did not pause at config-written: ${stderr}`, 100);
   const exited = new Promise(res => child.on('exit', res));
   child.kill('SIGKILL');
   await exited;
   expect(systemctlCalls(host)).toEqual([]);
   expect((await runBundle(bundle, 'status', args(host))).result).toMatchObject({ installed: false, interrupted: ['rcmtest'] });
   // WHEN the next installer runs
-  const next = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const next = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   // THEN it finished the interrupted change: reloaded once, served, recorded, and its own install is then unchanged
   expectOk(next);
   expect(next.result.changed).toContain('recovered the interrupted install of rcmtest: finish');
@@ -242,7 +214,7 @@ test('an installer killed after writing the drop-in: the next run finishes the c
 
 test('--distro=crio on a host without crio: refused (exit 4), nothing changed', async () => {
   const host = crio.add(await startFakeHost({ 'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN }, 'while true; do sleep 1; done'));
-  const r = await runBundle(bundle, 'install', [...args(host), '--distro=crio', `--location=${artifact.url}`]);
+  const r = await runBundle(bundle, 'install', [...args(host), '--distro=crio', `--location=${bench.shim.url}`]);
   expect(r.code).toBe(4);
   expect(r.result).toMatchObject({ reason: 'CrioHandlerRefused', message: expect.stringMatching(/^crio was not found on the host .*searched \/usr\/local\/sbin:/) });
   expect(snapshot(host, 'etc/crio')).toEqual({ 'etc/crio/crio.conf.d/00-default.conf': DEFAULT_DROPIN });
@@ -251,7 +223,7 @@ test('--distro=crio on a host without crio: refused (exit 4), nothing changed', 
 
 test('uninstall leaves a file at our path that is not ours (exit 4, named); without the drop-in it removes only our files', async () => {
   const host = await crio.host('1.29.1');
-  const install = await runBundle(bundle, 'install', [...args(host), `--location=${artifact.url}`]);
+  const install = await runBundle(bundle, 'install', [...args(host), `--location=${bench.shim.url}`]);
   expectOk(install);
   const dropIn = path.join(host.root, 'etc/crio/crio.conf.d/99-rcm-rcmtest.conf');
   // GIVEN someone else's file where ours was

@@ -3,6 +3,9 @@ import * as path from 'path';
 import { parse } from 'smol-toml';
 import { CRIO_VERSION_OUTPUTS } from './crio-fixtures';
 import { FakeHost, startFakeHost } from '../support/fake-host';
+import { installerBench } from '../support/installer-bench';
+import { ArtifactServer, InstallerRun, sha256, shimBinary, tarGz } from '../support/installer-bundle';
+import { eventually } from '../support/rest';
 
 // CRI-O nodes on fake hosts (test/support/fake-host.ts), shared by the CRI-O test files.
 // NO CRI-O RUNS HERE: no CRI-O package exists for these machines. Three shell scripts stand
@@ -192,7 +195,10 @@ export class CrioHosts {
       ...extra,
     }, INIT);
     this.hosts.push(host);
-    await waitFor(() => host.run(['crio', 'status', 'config']));
+    await eventually(async () => {
+      host.run(['crio', 'status', 'config']);
+      return true;
+    }, 10_000, () => `the CRI-O stand-in does not serve; its log: ${readIfThere(path.join(host.root, 'run/crio-standin/log'))}`, 100);
     return host;
   }
 
@@ -213,18 +219,7 @@ export class CrioHosts {
   }
 }
 
-export async function waitFor(check: () => unknown, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      check();
-      return;
-    } catch (e) {
-      if (Date.now() > deadline) throw e;
-      await new Promise(r => setTimeout(r, 100));
-    }
-  }
-}
+const readIfThere = (file: string) => (fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '(none)');
 
 /** Every file under a folder of the host (relative path → bytes), to compare byte for byte. */
 export function snapshot(host: FakeHost, folder: string): Record<string, string> {
@@ -249,3 +244,61 @@ export const systemctlCalls = (host: FakeHost): string[] => {
 
 /** What the stand-in daemon serves now (`crio status config`), parsed. */
 export const served = (host: FakeHost): any => parse(host.run(['crio', 'status', 'config']));
+
+export interface CrioBenchOptions {
+  /** The private folder's name: `rcm-<name>-`. */
+  readonly name: string;
+}
+
+export interface CrioBench {
+  /** The private folder. */
+  readonly work: string;
+  /** The installer bundle's path (built in beforeAll). */
+  readonly bundle: string;
+  /** The artifact server (from beforeAll on). */
+  readonly server: ArtifactServer;
+  /** The test shim, containerd-shim-rcmtest-v2 (from beforeAll on). */
+  readonly shim: { url: string; sha256: string };
+  /** The same shim named containerd-shim-rcmtest-v1 (from beforeAll on). */
+  readonly v1Shim: { url: string; sha256: string };
+  /** The fake CRI-O hosts, stopped after the tests. */
+  readonly crio: CrioHosts;
+  /** The installer's flags for a CRI-O host: handler rcmtest, no retries, a 5 s health timeout, no gather window; then `extra`. */
+  args(host: FakeHost, extra?: string[]): string[];
+  /** Fails with the installer's exit code and stderr unless it exited 0. */
+  expectOk(r: InstallerRun): void;
+}
+
+/**
+ * What the CRI-O installer tests set up the same way: an installer bench (installer-bench.ts:
+ * a private folder, the bundle, an artifact server serving the test shim), the shim again
+ * under a -v1 name, and fake CRI-O hosts. Registers its beforeAll and afterAll hooks; call it
+ * at the top of a test file or in a describe block.
+ */
+export function crioBench(options: CrioBenchOptions): CrioBench {
+  const bench = installerBench({ name: options.name, shim: true });
+  const crio = new CrioHosts(bench.work);
+  let v1Shim: { url: string; sha256: string } | undefined;
+
+  beforeAll(async () => {
+    const v1 = await tarGz(bench.work, { 'containerd-shim-rcmtest-v1': shimBinary() });
+    v1Shim = { url: bench.server.put('shim-v1.tgz', v1), sha256: sha256(v1) };
+  });
+  afterAll(() => crio.stopAll());
+
+  return {
+    work: bench.work,
+    bundle: bench.bundle,
+    get server() { return bench.server; },
+    get shim() { return bench.shim; },
+    get v1Shim() {
+      if (!v1Shim) throw new Error('the CRI-O bench has no -v1 shim before beforeAll');
+      return v1Shim;
+    },
+    crio,
+    args: (host, extra = []) => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', '--health-timeout=5', '--set-gather=0', ...extra],
+    expectOk: r => {
+      if (r.code !== 0) throw new Error(`exit ${r.code}: ${r.stderr}`);
+    },
+  };
+}

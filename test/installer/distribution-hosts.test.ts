@@ -5,6 +5,7 @@ import { containerdBaseConfig, FakeHost } from '../support/fake-host';
 import { installerBench } from '../support/installer-bench';
 import { runBundle } from '../support/installer-bundle';
 import { renderK3sConfig } from '../support/k3s';
+import { eventually } from '../support/rest';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // The distributions' own layouts, with containerd only where each distribution keeps it
@@ -75,21 +76,17 @@ async function rancherHost(d: Rancher, containerd: { major: number; binary: stri
     [`etc/systemd/system/${d.unit}.service`]: '',
     'var/log/.keep': '',
   }, rancherInit(d, containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'));
-  await waitFor(() => host.run([`${d.bin}/ctr`, '--address', d.socket, 'version']));
+  await serving(host, d);
   return host;
 }
 
-async function waitFor(check: () => unknown, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      check();
-      return;
-    } catch (e) {
-      if (Date.now() > deadline) throw e;
-      await new Promise(r => setTimeout(r, 200));
-    }
-  }
+/** Waits until `ready()` (by default at once) and the distribution's containerd answers on its socket. */
+async function serving(host: FakeHost, d: Rancher, ready: () => boolean = () => true): Promise<void> {
+  await eventually(async () => {
+    if (!ready()) return false;
+    host.run([`${d.bin}/ctr`, '--address', d.socket, 'version']);
+    return true;
+  }, 20_000, () => `${d.bin}/containerd does not serve on ${d.socket}`, 200);
 }
 
 /** A path under the host's root, as this process sees it. */
@@ -146,10 +143,7 @@ describe.each(RANCHER_CASES)('$distro with containerd $version only in its own f
     fs.writeFileSync(base, fs.readFileSync(base, 'utf8').replace(/^oom_score = 0$/m, 'oom_score = -500'));
     const pidBeforeUpgrade = fs.readFileSync(run(host, 'run/rancher-containerd.pid'), 'utf8');
     host.run(['sh', '-c', RESTART]);
-    await waitFor(() => {
-      if (fs.readFileSync(run(host, 'run/rancher-containerd.pid'), 'utf8') === pidBeforeUpgrade) throw new Error('not restarted yet');
-      host.run([`${d.bin}/ctr`, '--address', d.socket, 'version']);
-    });
+    await serving(host, d, () => fs.readFileSync(run(host, 'run/rancher-containerd.pid'), 'utf8') !== pidBeforeUpgrade);
     expect(fs.readFileSync(path.join(host.root, d.etc, 'config.toml'), 'utf8')).toMatch(/^oom_score = -500$/m);
     expect(effectiveHandler(host, d, 'rcmtest')).toMatchObject({ runtime_type: install.result.paths.binary });
 

@@ -75,9 +75,12 @@ export class Rest {
   }
 }
 
-/** Polls until `check` returns a truthy value; fails with `describe()` after the timeout. */
+/**
+ * Polls until `check` returns a truthy value (a check that throws is tried again); after the
+ * timeout fails with the last error and `describe()`. Returns the value.
+ */
 export async function eventually<T>(check: () => Promise<T | undefined | false>, timeoutMs: number,
-  describe: () => Promise<string> | string): Promise<T> {
+  describe: () => Promise<string> | string, intervalMs = 250): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (;;) {
@@ -88,6 +91,6 @@ export async function eventually<T>(check: () => Promise<T | undefined | false>,
       lastError = e;
     }
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms${lastError ? ` (last error: ${String(lastError)})` : ''}\n${await describe()}`);
-    await new Promise(r => setTimeout(r, 250));
+    await new Promise(r => setTimeout(r, intervalMs));
   }
 }
