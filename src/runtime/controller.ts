@@ -384,15 +384,21 @@ export class Controller {
         return;
       }
       case 'deleteJob': {
+        // A Job or request created here and deleted before the cache showed it no longer counts
+        // as created: its slot is free at the next pass, not when the overlay expires.
         if (this.agentMode) {
           const view = views.find(v => v.name === action.name);
           if (view && await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) {
             this.deletedJobs.add(action.name);
+            this.createdJobs.delete(action.name);
           }
           return;
         }
         const path = `/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${action.name}`;
-        if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) this.deletedJobs.add(action.name);
+        if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) {
+          this.deletedJobs.add(action.name);
+          this.createdJobs.delete(action.name);
+        }
         return;
       }
       case 'deleteSucceededJobs': {

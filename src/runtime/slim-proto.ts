@@ -84,6 +84,18 @@ function optional(value: string): string | undefined {
 
 const ours = (key: string) => key.includes(OUR_ANNOTATIONS);
 
+/** A NodeCondition or PodCondition (type 1, status 2) that is Ready=True. */
+function isReadyCondition(f: Fields): boolean {
+  let type = '';
+  let status = '';
+  const c = f.nested();
+  while (c.next()) {
+    if (c.no === 1) type = c.text();
+    else if (c.no === 2) status = c.text();
+  }
+  return type === 'Ready' && status === 'True';
+}
+
 /** Node: metadata 1, spec 2 (unschedulable 4), status 3 (conditions 4: type 1, status 2; nodeInfo 7: bootID 3; runtimeHandlers 12: name 1). */
 export function nodeFromProto(buf: Buffer): NodeView {
   let ready = false;
@@ -97,14 +109,7 @@ export function nodeFromProto(buf: Buffer): NodeView {
     },
     status: s => {
       if (s.no === 4) {
-        let type = '';
-        let status = '';
-        const c = s.nested();
-        while (c.next()) {
-          if (c.no === 1) type = c.text();
-          else if (c.no === 2) status = c.text();
-        }
-        if (type === 'Ready' && status === 'True') ready = true;
+        if (isReadyCondition(s)) ready = true;
       } else if (s.no === 7) {
         const i = s.nested();
         while (i.next()) if (i.no === 3) bootID = optional(i.text());
@@ -135,15 +140,7 @@ export function agentPodFromProto(buf: Buffer): AgentPod {
       if (s.no === 10) node = s.text();
     },
     status: s => {
-      if (s.no !== 2) return;
-      let type = '';
-      let status = '';
-      const c = s.nested();
-      while (c.next()) {
-        if (c.no === 1) type = c.text();
-        else if (c.no === 2) status = c.text();
-      }
-      if (type === 'Ready' && status === 'True') ready = true;
+      if (s.no === 2 && isReadyCondition(s)) ready = true;
     },
   });
   return { name: m.name, node, ready: ready && m.deletionTimestamp === undefined };
