@@ -140,11 +140,18 @@ export class NodeAgent {
     if (this.settings.driftCheckSeconds > 0) {
       this.driftTimer = setInterval(() => void this.checkDrift(), this.settings.driftCheckSeconds * 1000);
     }
-    void this.checkDrift();
+    let checkedAtStart = false;
     while (!this.stopped) {
       try {
         const node = await this.kube.get(this.nodePath);
         this.onNode(node);
+        // The installed handlers are checked as soon as the node record is known: an agent
+        // starts after every reboot (a new containerd config, a wiped /opt), and in this install
+        // mode the controller does not watch boot IDs: this check is what catches that.
+        if (!checkedAtStart) {
+          checkedAtStart = true;
+          void this.checkDrift();
+        }
         const selector = encodeURIComponent(`metadata.name=${this.settings.nodeName}`);
         this.watch = this.kube.watch(`/api/v1/nodes?watch=1&allowWatchBookmarks=true&fieldSelector=${selector}&resourceVersion=${node.metadata.resourceVersion}`,
           event => {
@@ -257,7 +264,7 @@ export class NodeAgent {
     };
     try {
       const result = await this.runInstaller(shim, admitted);
-      if (admitted.operation === 'install' && !(await this.listedByKubelet(admitted.handler))) {
+      if (admitted.operation === 'install' && !(await this.listedByKubelet(admitted.handler, () => this.stillRequested(shim, admitted.name)))) {
         // Stopping: the next agent runs the request again (the install is then `unchanged`) and waits for the kubelet itself.
         clearTimeout(progressTimer);
         this.log.info('stopping while the kubelet does not list the handler yet: the outcome is left to the next agent', { shim, request: admitted.name });
@@ -286,13 +293,14 @@ export class NodeAgent {
    * The controller, which reads no Node status in this install mode, leaves this to the agent.
    * A node that reports none (Kubernetes before 1.30, containerd before 2.0) goes by the
    * installer's own check alone. False: the agent is stopping, and the kubelet has not listed it yet.
+   * A request withdrawn meanwhile waits no longer (its outcome is not reported).
    */
-  private async listedByKubelet(handler: string): Promise<boolean> {
+  private async listedByKubelet(handler: string, stillWanted: () => boolean): Promise<boolean> {
     const wait = this.settings.kubeletReportWaitMs ?? KUBELET_REPORT_WAIT_MS;
     const deadline = Date.now() + wait;
     for (;;) {
       const listed = this.node?.runtimeHandlers;
-      if (listed === undefined || listed.includes(handler)) return true;
+      if (listed === undefined || listed.includes(handler) || !stillWanted()) return true;
       if (this.stopped) return false;
       if (Date.now() >= deadline) {
         throw new InstallerError(ExitCode.CONFIG_FAILED, HANDLER_NOT_REPORTED, handlerNotReportedMessage(handler, listed, wait));

@@ -381,6 +381,10 @@ export class Controller {
           }
         }
         this.createdJobs.set(action.job.name, { job: action.job, shimUid: shim.metadata.uid, at: new Date().toISOString() });
+        // A request admitted again under a name it withdrew (the same attempt, once the node is
+        // ready again) is no longer withdrawn: the cache may show the name again before it showed
+        // it gone, and must not hide the new admission. (A Job's add event does this in Job mode.)
+        if (this.agentMode) this.deletedJobs.delete(action.job.name);
         return;
       }
       case 'deleteJob': {
