@@ -1,10 +1,11 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { NodeAgent } from '../../src/agent/node-agent';
-import { AdmittedRequest, AgentResult, requestKey, resultKey } from '../../src/shared/agent-protocol';
+import { AgentResult, requestKey, resultKey } from '../../src/shared/agent-protocol';
 import { Kube } from '../../src/shared/kube/kube';
 import { Logger } from '../../src/shared/log';
 import { ShimNodeLabels } from '../../src/shared/node-labels';
+import { installRequest } from '../support/agent-request';
 import { FakeHost } from '../support/fake-host';
 import { fakeHostArgs, installerBench, RUNC_ONLY_CONFIG } from '../support/installer-bench';
 import { NodeStandIn } from '../support/node-stand-in';
@@ -38,19 +39,8 @@ async function installed(): Promise<{ node: NodeStandIn; host: FakeHost; binary:
   const node = new NodeStandIn();
   const agent = startAgent(node, host);
   try {
-    const admitted: AdmittedRequest = {
-      name: `${SHIM}-install-1`,
-      shimUid: 'uid-1',
-      operation: 'install',
-      handler: HANDLER,
-      revision: 'r1',
-      attempt: 1,
-      batch: 'b1',
-      createdAt: new Date().toISOString(),
-      request: { command: 'install', handler: HANDLER, location: bench.shim.url, sha256: bench.shim.sha256 } as AdmittedRequest['request'],
-    };
     await eventually(async () => node.watched, 10_000, () => 'the agent never watched its node');
-    node.apply({ metadata: { annotations: { [requestKey(SHIM)]: JSON.stringify(admitted) } } });
+    node.apply({ metadata: { annotations: { [requestKey(SHIM)]: JSON.stringify(installRequest(SHIM, HANDLER, bench.shim)) } } });
     const result = () => JSON.parse(node.node.metadata.annotations[resultKey(SHIM)] ?? 'null') as AgentResult | null;
     await eventually(async () => result()?.phase === 'succeeded', 60_000, () => JSON.stringify(node.node.metadata.annotations));
     node.apply({

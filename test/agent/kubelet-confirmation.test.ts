@@ -1,9 +1,10 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { AgentSettings, NodeAgent } from '../../src/agent/node-agent';
-import { AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, requestKey, resultKey } from '../../src/shared/agent-protocol';
+import { AgentResult, HANDLER_NOT_REPORTED, requestKey, resultKey } from '../../src/shared/agent-protocol';
 import { Kube } from '../../src/shared/kube/kube';
 import { Logger } from '../../src/shared/log';
+import { installRequest } from '../support/agent-request';
 import { fakeHostArgs, installerBench, RUNC_ONLY_CONFIG } from '../support/installer-bench';
 import { NodeStandIn } from '../support/node-stand-in';
 import { eventually } from '../support/rest';
@@ -46,7 +47,7 @@ async function agentOn(status: Record<string, unknown>, settings: Partial<AgentS
     /** The installer has done its work on the host (its state file is there). */
     installed: () => fs.existsSync(path.join(host.root, STATE_FILE)),
     /** The controller admits an install of the handler on the node. */
-    admit: () => node.apply({ metadata: { annotations: { [requestKey(SHIM)]: JSON.stringify(installRequest()) } } }),
+    admit: () => node.apply({ metadata: { annotations: { [requestKey(SHIM)]: JSON.stringify(installRequest(SHIM, HANDLER, bench.shim)) } } }),
     stop: async () => {
       await agent.stop(10_000);
       await started;
@@ -54,19 +55,6 @@ async function agentOn(status: Record<string, unknown>, settings: Partial<AgentS
   };
 }
 
-function installRequest(): AdmittedRequest {
-  return {
-    name: `${SHIM}-install-1`,
-    shimUid: 'uid-1',
-    operation: 'install',
-    handler: HANDLER,
-    revision: 'r1',
-    attempt: 1,
-    batch: 'b1',
-    createdAt: new Date().toISOString(),
-    request: { command: 'install', handler: HANDLER, location: bench.shim.url, sha256: bench.shim.sha256 } as AdmittedRequest['request'],
-  };
-}
 
 const ended = (r: AgentResult | undefined) => r?.phase === 'succeeded' || r?.phase === 'failed';
 
