@@ -7,7 +7,8 @@ import { ExitCode, InstallerError } from '../installer/errors';
 import { InstallResult, Installer } from '../installer/install';
 import { InstallerOptions, parseOptions } from '../installer/options';
 import {
-  AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS, requestsOn, resultKey,
+  AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS,
+  requestsOn, resultKey, runtimeHandlersOfStatus,
 } from '../shared/agent-protocol';
 import { toEnv } from '../shared/installer-contract';
 import { isNotFound, Kube } from '../shared/kube/kube';
@@ -181,12 +182,7 @@ export class NodeAgent {
   }
 
   private onNode(node: any): void {
-    const handlers: string[] = (node.status?.runtimeHandlers ?? []).map((h: any) => h?.name ?? '');
-    this.node = {
-      labels: node.metadata?.labels ?? {},
-      annotations: node.metadata?.annotations ?? {},
-      ...(handlers.length > 0 ? { runtimeHandlers: handlers } : {}),
-    };
+    this.node = { labels: node.metadata?.labels ?? {}, annotations: node.metadata?.annotations ?? {}, ...runtimeHandlersOfStatus(node.status) };
     if (this.stopped) return;
     let added = false;
     const present = requestsOn(this.node.annotations);

@@ -301,6 +301,16 @@ export class Controller {
   }
 
   /**
+   * A Job deleted (a request withdrawn) here: hidden until the cache no longer shows it. One
+   * created here and deleted before the cache showed it no longer counts as created: its slot is
+   * free at the next pass, not when the overlay expires.
+   */
+  private deleted(name: string): void {
+    this.deletedJobs.add(name);
+    this.createdJobs.delete(name);
+  }
+
+  /**
    * Install mode NodeAgent: a request whose outcome the pass records is withdrawn in the same
    * node patch as the record (one write instead of two, and no moment where the request
    * outlives its record); other withdrawals stay actions of their own.
@@ -388,21 +398,13 @@ export class Controller {
         return;
       }
       case 'deleteJob': {
-        // A Job or request created here and deleted before the cache showed it no longer counts
-        // as created: its slot is free at the next pass, not when the overlay expires.
         if (this.agentMode) {
           const view = views.find(v => v.name === action.name);
-          if (view && await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) {
-            this.deletedJobs.add(action.name);
-            this.createdJobs.delete(action.name);
-          }
+          if (view && await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) this.deleted(action.name);
           return;
         }
         const path = `/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${action.name}`;
-        if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) {
-          this.deletedJobs.add(action.name);
-          this.createdJobs.delete(action.name);
-        }
+        if (await unlessNotFound(this.kube.delete(path, { propagationPolicy: 'Background' }))) this.deleted(action.name);
         return;
       }
       case 'deleteSucceededJobs': {

@@ -2,8 +2,9 @@
 // protobuf encoding: the same values slim.ts keeps from JSON (a test holds the two equal on
 // objects from a real API server), without decoding what is dropped. Field numbers are
 // those of k8s.io/api's generated.proto (core/v1, batch/v1) and apimachinery's meta/v1.
-import { AgentPod, ContainerState, NodeMetadata, OUR_ANNOTATIONS, runtimeHandlersOf, SlimJob, SlimPod } from './slim';
+import { AgentPod, ContainerState, NodeMetadata, OUR_ANNOTATIONS, SlimJob, SlimPod } from './slim';
 import { NodeView } from './types';
+import { runtimeHandlersOf } from '../shared/agent-protocol';
 import { Fields } from '../shared/kube/protobuf';
 
 /** The name and resourceVersion of an object (metadata = 1; name = 1, resourceVersion = 6). */

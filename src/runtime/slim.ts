@@ -2,6 +2,7 @@
 // read, nothing else (no managedFields, images, heartbeats or pod specs). Pure.
 import { selects } from './planner';
 import { ShimObject, NodeView } from './types';
+import { runtimeHandlersOfStatus } from '../shared/agent-protocol';
 import { ShimNodeLabels } from '../shared/node-labels';
 
 export const OUR_ANNOTATIONS = `.${ShimNodeLabels.DOMAIN}/`;
@@ -33,10 +34,10 @@ export function slimNode(raw: any): NodeView {
     name: raw.metadata.name,
     labels: raw.metadata.labels ?? {},
     annotations,
-    ready: (raw.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True'),
+    ready: readyIn(raw.status?.conditions),
     schedulable: !raw.spec?.unschedulable,
     bootID: raw.status?.nodeInfo?.bootID || undefined,
-    ...runtimeHandlersOf((raw.status?.runtimeHandlers ?? []).map((h: any) => h?.name ?? '')),
+    ...runtimeHandlersOfStatus(raw.status),
   };
 }
 
@@ -60,14 +61,14 @@ export interface AgentPod {
 }
 
 export function slimAgentPod(raw: any): AgentPod {
-  const ready = (raw.status?.conditions ?? []).some((c: any) => c.type === 'Ready' && c.status === 'True');
-  return { name: raw.metadata.name, node: raw.spec?.nodeName ?? '', ready: ready && !raw.metadata.deletionTimestamp };
+  return { name: raw.metadata.name, node: raw.spec?.nodeName ?? '', ready: readyIn(raw.status?.conditions) && !raw.metadata.deletionTimestamp };
 }
 
-/** The node's runtime handlers, absent where it reports none (the field is unknown to its kubelet, or its runtime tells none). */
-export function runtimeHandlersOf(names: string[]): { runtimeHandlers?: readonly string[] } {
-  return names.length > 0 ? { runtimeHandlers: names } : {};
+/** A Node's or a Pod's conditions (as JSON) hold Ready=True. */
+function readyIn(conditions: any[] | undefined): boolean {
+  return (conditions ?? []).some(c => c.type === 'Ready' && c.status === 'True');
 }
+
 
 const sameList = (a: readonly string[] | undefined, b: readonly string[] | undefined) =>
   a === b || (a !== undefined && b !== undefined && a.length === b.length && a.every((x, i) => x === b[i]));

@@ -62,6 +62,16 @@ export function handlerNotReportedMessage(handler: string, listed: readonly stri
   return `the installer reported ${handler} installed, but the node's kubelet did not list it in status.runtimeHandlers within ${waitedMs / 1000}s (it lists ${listed.map(h => h || '(default)').join(', ')})`;
 }
 
+/** A node's runtime handlers by name ("" the default), absent where it lists none (the field is unknown to its kubelet, or its runtime tells none). */
+export function runtimeHandlersOf(names: string[]): { runtimeHandlers?: readonly string[] } {
+  return names.length > 0 ? { runtimeHandlers: names } : {};
+}
+
+/** The same from a Node's status as JSON (`status.runtimeHandlers[].name`): what the controller and the agent read. */
+export function runtimeHandlersOfStatus(status: any): { runtimeHandlers?: readonly string[] } {
+  return runtimeHandlersOf((status?.runtimeHandlers ?? []).map((h: any) => h?.name ?? ''));
+}
+
 /**
  * The labels of the node agent's pods, which the DaemonSet's selector holds: the controller
  * finds the agents by them (a node is ready for a request while its agent pod is Ready).
