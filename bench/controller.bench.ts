@@ -10,10 +10,10 @@
 //
 // Install modes: RCM_BENCH_MODES=jobs,agent (the default: both, side by side in one run). In
 // agent mode the controller runs with --install-mode agent, a stand-in for the node agents
-// answers each request in the node record (succeeded, 0.5 s later), a Ready agent pod stands
-// on every node (the DaemonSet's, as its kubelet reports it: the controller reads readiness
-// from it), and the plain loop's unavoidable writes are one request annotation and one label
-// patch per node and Shim.
+// answers each request of a node's requests ConfigMap on the Node (succeeded, 0.5 s later), a
+// Ready agent pod stands on every node (the DaemonSet's, as its kubelet reports it: the
+// controller reads readiness from it), and the plain loop's unavoidable writes are one write of
+// the node's requests ConfigMap and one label patch per node and Shim.
 //
 // Diagnostics: RCM_BENCH_PROFILE=<dir> writes the controller's CPU profile there;
 // RCM_BENCH_THREADS=1 prints its CPU per thread (main thread vs. GC helpers) and heap;
@@ -27,6 +27,7 @@ import * as path from 'path';
 import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
 import { InstallMode, RuntimeClassManager } from '../src';
+import { REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR } from '../src/shared/agent-protocol';
 import { createAgentPod } from '../test/support/agent-pods';
 import { ControlPlane, freePort, startControlPlane } from '../test/support/control-plane';
 import { eventually, Rest } from '../test/support/rest';
@@ -149,17 +150,17 @@ function finishInstallers(admin: Rest): () => void {
 }
 
 /**
- * The node agents' part (install mode NodeAgent): every request in a node record is answered
- * `succeeded` 0.5 s after it is seen. As the real agent does, a request done within its
- * --progress-report-seconds (10) gets no `running` report. Requests are learnt from a watch of
- * the Nodes (one watch here; each real agent watches its own node).
+ * The node agents' part (install mode NodeAgent): every request in a node's requests ConfigMap
+ * is answered on the Node, `succeeded`, 0.5 s after it is seen. As the real agent does, a
+ * request done within its --progress-report-seconds (10) gets no `running` report. Requests are
+ * learnt from one watch of the ConfigMaps (each real agent watches its own node's).
  */
 function finishAgentRequests(admin: Rest): () => void {
   const taken = new Map<string, string>(); // `${node} ${shim}` -> the request name being answered or answered
   let stopped = false;
   let watch: { stop: () => void } | undefined;
   const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
-  const answer = async (node: string, shim: string, name: string) => {
+  const answer = async (node: string, shim: string, name: string, admittedAt: string) => {
     const startedAt = new Date().toISOString();
     const write = async (result: object) => {
       for (;;) {
@@ -174,29 +175,27 @@ function finishAgentRequests(admin: Rest): () => void {
       }
     };
     await sleep(500);
-    await write({ name, phase: 'succeeded', startedAt, finishedAt: new Date().toISOString(), result: { outcome: 'installed', exitCode: 0 } });
+    await write({ name, admittedAt, phase: 'succeeded', startedAt, finishedAt: new Date().toISOString(), result: { outcome: 'installed', exitCode: 0 } });
   };
-  const onNode = (node: any) => {
-    for (const [key, text] of Object.entries<string>(node.metadata?.annotations ?? {})) {
-      if (!key.endsWith('.shim.runtime.spinkube.dev/request')) continue;
-      const shim = key.slice(0, -'.shim.runtime.spinkube.dev/request'.length);
-      const name = JSON.parse(text).name as string;
-      const id = `${node.metadata.name} ${shim}`;
+  const onRequests = (cm: any) => {
+    const node = cm.metadata.annotations[REQUESTS_NODE_ANNOTATION];
+    for (const [shim, text] of Object.entries<string>(cm.data ?? {})) {
+      const { name, createdAt } = JSON.parse(text);
+      const id = `${node} ${shim} ${createdAt}`;
       if (taken.get(id) === name) continue;
       taken.set(id, name);
-      void answer(node.metadata.name, shim, name);
+      void answer(node, shim, name, createdAt);
     }
   };
+  const path = `/api/v1/namespaces/${NS}/configmaps?labelSelector=${encodeURIComponent(REQUESTS_SELECTOR)}`;
   void (async () => {
     while (!stopped) {
       try {
-        // Metadata only (the annotations are all an agent reads here): the stand-in for 5,000
-        // agents must not be what slows the rollout down by parsing whole Nodes.
-        const list = await admin.request('GET', '/api/v1/nodes', undefined, undefined, METADATA_ONLY.replace('PartialObjectMetadata', 'PartialObjectMetadataList'));
-        for (const n of list.items) onNode(n);
-        const w = admin.watch(`/api/v1/nodes?watch=1&resourceVersion=${list.metadata.resourceVersion}&timeoutSeconds=300`, e => {
-          if (e.type === 'ADDED' || e.type === 'MODIFIED') onNode(e.object);
-        }, METADATA_ONLY);
+        const list = await admin.get(path);
+        for (const cm of list.items) onRequests(cm);
+        const w = admin.watch(`${path}&watch=1&resourceVersion=${list.metadata.resourceVersion}&timeoutSeconds=300`, e => {
+          if (e.type === 'ADDED' || e.type === 'MODIFIED') onRequests(e.object);
+        });
         watch = w;
         await w.done;
       } catch {
@@ -206,9 +205,6 @@ function finishAgentRequests(admin: Rest): () => void {
   })();
   return () => { stopped = true; watch?.stop(); };
 }
-
-/** The API server's metadata-only form of an object (PartialObjectMetadata, GA since Kubernetes 1.15). */
-const METADATA_ONLY = 'application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1';
 
 async function runController(cp: ControlPlane, admin: Rest, bundle: string, shims: string[], nodes: number, log: string, mode: Mode = 'jobs'): Promise<Figures> {
   const metricsPort = await freePort();

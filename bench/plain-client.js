@@ -1,6 +1,7 @@
 // The baseline of the controller benchmark: a plain client loop that performs only the
 // unavoidable writes, one Job and one node label patch per node and Shim, and nothing else.
-// With RCM_BENCH_MODE=agent (install mode NodeAgent), the Job is a request annotation on the node.
+// With RCM_BENCH_MODE=agent (install mode NodeAgent), the Job is a request in the node's
+// requests ConfigMap (made with the first Shim's, patched for the others).
 // Usage: node bench/plain-client.js SERVER TOKEN CA_FILE NAMESPACE SHIMS NODE...
 const fs = require('fs');
 const https = require('https');
@@ -29,12 +30,18 @@ async function main() {
   const work = [];
   for (const shim of shims.split(',')) for (const node of nodes) work.push([shim, node]);
   let next = 0;
+  const made = new Set();
   const worker = async () => {
     while (next < work.length) {
       const [shim, node] = work[next++];
       if (process.env.RCM_BENCH_MODE === 'agent') {
-        await request('PATCH', `/api/v1/nodes/${node}`, { metadata: { annotations: { [`${shim}.plain.example/request`]: JSON.stringify({ name: `plain-${shim}-${node}`, operation: 'install', handler: shim }) } } },
-          'application/merge-patch+json');
+        const data = { [shim]: JSON.stringify({ name: `plain-${shim}-${node}`, operation: 'install', handler: shim }) };
+        if (made.has(node)) {
+          await request('PATCH', `/api/v1/namespaces/${namespace}/configmaps/plain-requests.${node}`, { data }, 'application/merge-patch+json');
+        } else {
+          made.add(node);
+          await request('POST', `/api/v1/namespaces/${namespace}/configmaps`, { metadata: { name: `plain-requests.${node}` }, data }, 'application/json');
+        }
       } else await request('POST', `/apis/batch/v1/namespaces/${namespace}/jobs`, {
         apiVersion: 'batch/v1', kind: 'Job', metadata: { name: `plain-${shim}-${node}` },
         // parallelism 0: the job controller makes no pods for these, so that the controller's

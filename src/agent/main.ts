@@ -1,3 +1,4 @@
+import * as fs from 'fs';
 import { NodeAgent } from './node-agent';
 import { forgetCompileCache, thisPlatform } from '../installer/process-env';
 import { FlagError, FlagSpec, parseFlags, wholeNumber } from '../shared/flags';
@@ -7,6 +8,7 @@ import { Logger } from '../shared/log';
 
 const FLAGS: FlagSpec[] = [
   { name: 'node-name', arg: 'NAME', help: 'the node this agent serves (default: $NODE_NAME, from the pod\'s spec.nodeName)' },
+  { name: 'namespace', arg: 'NAME', help: "the namespace of the nodes' requests ConfigMaps (default: $POD_NAMESPACE, else the pod's own)" },
   { name: 'kubeconfig', arg: 'FILE', help: 'kubeconfig file (default: in-cluster config)' },
   { name: 'drift-check-seconds', arg: 'N', help: 'how often installed handlers are checked for drift; 0: never (default 60)' },
   { name: 'progress-report-seconds', arg: 'N', help: 'a request still under way after N seconds is reported running; one done sooner gets its outcome only (default 10)' },
@@ -22,6 +24,15 @@ function helpText(): string {
     'Installer flags after -- apply to every run (e.g. --host-root, --install-root, --restart).', '',
     'Flags:',
     ...FLAGS.map(f => `  --${f.name}${f.arg ? ` ${f.arg}` : ''}`.padEnd(34) + f.help)].join('\n');
+}
+
+/** The namespace of the pod this runs in, from its service account's token mount. */
+function ownNamespace(): string | undefined {
+  try {
+    return fs.readFileSync('/var/run/secrets/kubernetes.io/serviceaccount/namespace', 'utf8').trim() || undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 async function main(): Promise<number> {
@@ -41,8 +52,11 @@ async function main(): Promise<number> {
   if (!nodeName) throw new FlagError('--node-name (or NODE_NAME) is required');
   forgetCompileCache();
   const kube = new Kube(parsed.single.kubeconfig ? kubeconfigAccess(parsed.single.kubeconfig) : inClusterAccess());
+  const namespace = parsed.single.namespace ?? process.env.POD_NAMESPACE ?? ownNamespace();
+  if (!namespace) throw new FlagError('--namespace (or POD_NAMESPACE) is required outside a pod');
   const agent = new NodeAgent(kube, {
     nodeName,
+    namespace,
     // The agent gathers a node's requests itself and starts them together (node-agent.ts): the
     // installers' own gather window, for Jobs that start apart, would only delay each change.
     installerArgs: ['--host-root=/host', '--json-logs', '--set-gather=0', ...installerArgs],

@@ -1,6 +1,6 @@
 // The node agent (install mode NodeAgent): the installer as a long-running process on its
-// node. It watches its own Node object, runs every request the controller admitted there
-// that has no outcome yet (all at once: they form one change set, one containerd restart),
+// node. It watches its own Node object and its node's requests ConfigMap, runs every request
+// the controller admitted there that has no outcome yet (all at once: they form one change set, one containerd restart),
 // writes each outcome back into the node record, and keeps the node true to what it
 // installed (drift: a handler the config no longer registers, a binary missing or altered).
 import { ExitCode, InstallerError } from '../installer/errors';
@@ -8,7 +8,7 @@ import { InstallResult, Installer } from '../installer/install';
 import { InstallerOptions, parseOptions } from '../installer/options';
 import {
   AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS,
-  requestsOn, resultKey, runtimeHandlersOfStatus,
+  requestAnnotationsOf, requestsConfigMapName, requestsOn, resultKey, runtimeHandlersOfStatus, withoutRequests,
 } from '../shared/agent-protocol';
 import { toEnv } from '../shared/installer-contract';
 import { isNotFound, Kube } from '../shared/kube/kube';
@@ -17,6 +17,8 @@ import { ShimNodeLabels } from '../shared/node-labels';
 
 export interface AgentSettings {
   readonly nodeName: string;
+  /** The namespace of the requests ConfigMaps (the agents' own). */
+  readonly namespace: string;
   /** Installer flags of every run (host root, install root, config, socket...): they win over a request's. */
   readonly installerArgs: readonly string[];
   /** The node's platform (OS/ARCH), for per-platform artifacts. */
@@ -113,19 +115,35 @@ export function runInstallerInProcess(argv: string[], env: NodeJS.ProcessEnv, pl
   return new Installer(options as InstallerOptions, log, true).run();
 }
 
+/**
+ * A request's identity: its name and when it was admitted. The controller admits a request
+ * again under its name (the same attempt) after a drift check dropped its gate, or after it
+ * withdrew it: that is a new request, to be run again.
+ */
+function requestId(admitted: AdmittedRequest): string {
+  return `${admitted.name}@${admitted.createdAt}`;
+}
+
 export class NodeAgent {
-  /** Requests being carried out or waiting for their Shim's previous one, by name. */
+  /** Requests being carried out or waiting for their Shim's previous one, by requestId. */
   private readonly running = new Map<string, Promise<void>>();
   /** The last run of each Shim: its next request waits for it (a request withdrawn mid-run may be followed by another). */
   private readonly lastOfShim = new Map<string, Promise<void>>();
-  /** Requests carried out here, by name, until the controller withdraws them: a node event that does not show the outcome yet must not start one again. */
+  /** Requests carried out here, by requestId, until the controller withdraws or replaces them: a node event that does not show the outcome yet must not start one again. */
   private readonly done = new Set<string>();
-  /** Requests seen and not started yet (gathered for one change set), by name. */
+  /** Requests seen and not started yet (gathered for one change set), by requestId. */
   private readonly arriving = new Map<string, { shim: string; admitted: AdmittedRequest }>();
   private gatherTimer?: NodeJS.Timeout;
   private firstArrival?: number;
+  /** The node and its requests, merged (the requests under requestKey(shim), as the controller's views have them). */
   private node?: NodeState;
+  /** The Node as last read. */
+  private nodeObject?: NodeState;
+  /** The requests ConfigMap's data as last read (undefined: not read yet; {}: there is none). */
+  private requestData?: Record<string, string>;
   private watch?: { done: Promise<void>; abort: () => void };
+  private requestsWatch?: { done: Promise<void>; abort: () => void };
+  private requestsRead!: Promise<void>;
   private stopped = false;
   private driftTimer?: NodeJS.Timeout;
   private checking?: Promise<void>;
@@ -136,23 +154,28 @@ export class NodeAgent {
     return `/api/v1/nodes/${encodeURIComponent(this.settings.nodeName)}`;
   }
 
-  /** Watches the node until stop(); restarts the watch when it ends or fails. */
+  /** Watches the node and its requests until stop(); restarts a watch when it ends or fails. */
   async start(): Promise<void> {
     if (this.settings.driftCheckSeconds > 0) {
       this.driftTimer = setInterval(() => void this.checkDrift(), this.settings.driftCheckSeconds * 1000);
     }
+    let requestsRead!: () => void;
+    this.requestsRead = new Promise(res => { requestsRead = res; });
+    const watchingRequests = this.watchRequests(requestsRead);
     let checkedAtStart = false;
     while (!this.stopped) {
       try {
         const node = await this.kube.get(this.nodePath);
         this.onNode(node);
-        // The installed handlers are checked as soon as the node record is known: an agent
-        // starts after every reboot (a new containerd config, a wiped /opt), and in this install
-        // mode the controller does not watch boot IDs: this check is what catches that.
+        // The installed handlers are checked as soon as the node record and the requests are
+        // known (a handler being changed on purpose is not drift): an agent starts after every
+        // reboot (a new containerd config, a wiped /opt), and in this install mode the
+        // controller does not watch boot IDs: this check is what catches that.
         if (!checkedAtStart) {
           checkedAtStart = true;
-          void this.checkDrift();
+          void this.requestsRead.then(() => this.checkDrift());
         }
+        if (this.stopped) break;
         const selector = encodeURIComponent(`metadata.name=${this.settings.nodeName}`);
         this.watch = this.kube.watch(`/api/v1/nodes?watch=1&allowWatchBookmarks=true&fieldSelector=${selector}&resourceVersion=${node.metadata.resourceVersion}`,
           event => {
@@ -165,6 +188,31 @@ export class NodeAgent {
         await new Promise(res => setTimeout(res, 2000));
       }
     }
+    await watchingRequests;
+  }
+
+  /** Watches the node's requests ConfigMap (list, then watch from there) until stop(). `read`: called once it was first read. */
+  private async watchRequests(read: () => void): Promise<void> {
+    const ns = encodeURIComponent(this.settings.namespace);
+    const selector = encodeURIComponent(`metadata.name=${requestsConfigMapName(this.settings.nodeName)}`);
+    const path = `/api/v1/namespaces/${ns}/configmaps?fieldSelector=${selector}`;
+    while (!this.stopped) {
+      try {
+        const list = await this.kube.get(path);
+        this.onRequests(list.items?.[0]?.data ?? {});
+        read();
+        if (this.stopped) break; // stop() came while the list was read: no watch to abort
+        this.requestsWatch = this.kube.watch(`${path}&watch=1&allowWatchBookmarks=true&resourceVersion=${list.metadata.resourceVersion}`, event => {
+          if (event.type === 'ADDED' || event.type === 'MODIFIED') this.onRequests(event.object?.data ?? {});
+          else if (event.type === 'DELETED') this.onRequests({});
+        });
+        await this.requestsWatch.done;
+      } catch (e) {
+        if (this.stopped) break;
+        this.log.warn('watching the node\'s requests failed; again in 2 s', { node: this.settings.nodeName, error: (e as Error).message });
+        await new Promise(res => setTimeout(res, 2000));
+      }
+    }
   }
 
   /** Stops taking requests and waits (at most `graceMs`) for those under way: a change in progress is finished. */
@@ -172,6 +220,7 @@ export class NodeAgent {
     this.stopped = true;
     if (this.gatherTimer) clearTimeout(this.gatherTimer);
     this.watch?.abort();
+    this.requestsWatch?.abort();
     if (this.driftTimer) clearInterval(this.driftTimer);
     await Promise.race([Promise.allSettled([...this.running.values(), this.checking]), new Promise(res => setTimeout(res, graceMs))]);
   }
@@ -182,17 +231,31 @@ export class NodeAgent {
   }
 
   private onNode(node: any): void {
-    this.node = { labels: node.metadata?.labels ?? {}, annotations: node.metadata?.annotations ?? {}, ...runtimeHandlersOfStatus(node.status) };
+    this.nodeObject = { labels: node.metadata?.labels ?? {}, annotations: node.metadata?.annotations ?? {}, ...runtimeHandlersOfStatus(node.status) };
+    this.merge();
+  }
+
+  private onRequests(data: Record<string, string>): void {
+    this.requestData = data;
+    this.merge();
+  }
+
+  /** The node and its requests as one record; the requests that have no outcome yet are gathered. */
+  private merge(): void {
+    const node = this.nodeObject;
+    if (!node) return;
+    this.node = { ...node, annotations: { ...withoutRequests(node.annotations), ...requestAnnotationsOf(this.requestData) } };
     if (this.stopped) return;
     let added = false;
     const present = requestsOn(this.node.annotations);
-    for (const name of [...this.done]) if (!present.some(r => r.admitted.name === name)) this.done.delete(name);
+    for (const id of [...this.done]) if (!present.some(r => requestId(r.admitted) === id)) this.done.delete(id);
     for (const { shim, admitted, result } of present) {
       // Done, or under way here. A result `running` that nobody here runs was left by an agent
       // that ended: the run is made again (an install is idempotent; the journal finishes or
       // undoes what it left).
-      if ((result && result.phase !== 'running') || this.running.has(admitted.name) || this.arriving.has(admitted.name) || this.done.has(admitted.name)) continue;
-      this.arriving.set(admitted.name, { shim, admitted });
+      const id = requestId(admitted);
+      if ((result && result.phase !== 'running') || this.running.has(id) || this.arriving.has(id) || this.done.has(id)) continue;
+      this.arriving.set(id, { shim, admitted });
       added = true;
     }
     if (!added) return;
@@ -219,27 +282,27 @@ export class NodeAgent {
       // agent has taken but not yet reported (its node went NotReady) and admit another later.
       const previous = this.lastOfShim.get(shim);
       const run: Promise<void> = (previous ?? Promise.resolve()).then(() => this.carryOut(shim, admitted)).finally(() => {
-        this.done.add(admitted.name);
-        this.running.delete(admitted.name);
+        this.done.add(requestId(admitted));
+        this.running.delete(requestId(admitted));
         if (this.lastOfShim.get(shim) === run) this.lastOfShim.delete(shim);
       });
-      this.running.set(admitted.name, run);
+      this.running.set(requestId(admitted), run);
       this.lastOfShim.set(shim, run);
     }
   }
 
   /** The node (as last seen) still holds this request. */
-  private stillRequested(shim: string, name: string): boolean {
-    return requestsOn(this.node?.annotations ?? {}).some(r => r.shim === shim && r.admitted.name === name);
+  private stillRequested(shim: string, admitted: AdmittedRequest): boolean {
+    return requestsOn(this.node?.annotations ?? {}).some(r => r.shim === shim && requestId(r.admitted) === requestId(admitted));
   }
 
   private async carryOut(shim: string, admitted: AdmittedRequest): Promise<void> {
-    if (!this.stillRequested(shim, admitted.name)) {
+    if (!this.stillRequested(shim, admitted)) {
       this.log.info('a request withdrawn before it started is not run', { shim, request: admitted.name });
       return;
     }
     const startedAt = new Date().toISOString();
-    const report = (r: Omit<AgentResult, 'name' | 'startedAt'>) => this.report(shim, { name: admitted.name, startedAt, ...r });
+    const report = (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>) => this.report(shim, { name: admitted.name, admittedAt: admitted.createdAt, startedAt, ...r });
     this.log.info(`${admitted.operation} of ${admitted.handler} admitted`, { shim, request: admitted.name, attempt: admitted.attempt });
     // `running` only for a run that takes a while: most end sooner (written in order: the
     // outcome waits for this write).
@@ -247,12 +310,12 @@ export class NodeAgent {
     const progressTimer = setTimeout(() => {
       progress = report({ phase: 'running' }).catch(e => this.log.warn('could not report a request under way', { request: admitted.name, error: (e as Error).message }));
     }, this.settings.progressReportSeconds * 1000);
-    const outcomeReport = async (r: Omit<AgentResult, 'name' | 'startedAt'>) => {
+    const outcomeReport = async (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>) => {
       clearTimeout(progressTimer);
       await progress;
       // Withdrawn while it ran: nobody waits for this outcome (the controller admits the
       // operation again, and an install found in place is `unchanged`).
-      if (!this.stillRequested(shim, admitted.name)) {
+      if (!this.stillRequested(shim, admitted)) {
         this.log.info('the request was withdrawn while it ran: its outcome is not reported', { shim, request: admitted.name, phase: r.phase });
         return;
       }
@@ -260,7 +323,7 @@ export class NodeAgent {
     };
     try {
       const result = await this.runInstaller(shim, admitted);
-      if (admitted.operation === 'install' && !(await this.listedByKubelet(admitted.handler, () => this.stillRequested(shim, admitted.name)))) {
+      if (admitted.operation === 'install' && !(await this.listedByKubelet(admitted.handler, () => this.stillRequested(shim, admitted)))) {
         // Stopping: the next agent runs the request again (the install is then `unchanged`) and waits for the kubelet itself.
         clearTimeout(progressTimer);
         this.log.info('stopping while the kubelet does not list the handler yet: the outcome is left to the next agent', { shim, request: admitted.name });

@@ -492,10 +492,12 @@ export class RuntimeClassManager extends Construct {
     });
     const clusterRole = plus.ClusterRole.fromClusterRoleName(this, 'ClusterRoleName', NAME);
     bindCluster(this, 'ClusterRoleBinding', controllerMeta(NAME, false), clusterRole, serviceAccount);
-    // Jobs and pods where the installers run, the Lease where the controller runs.
+    // Jobs and pods where the installers run (in install mode NodeAgent also the nodes'
+    // requests ConfigMaps there), the Lease where the controller runs.
+    const installerRules = installMode.mode === 'agent' ? [...INSTALLER_RULES, REQUESTS_RULE] : INSTALLER_RULES;
     const roles: [string, string, string, Rule[]][] = separate
-      ? [['', NAME, this.namespace, [LEASE_RULE]], ['Installer', `${NAME}-installers`, this.installerNamespace, INSTALLER_RULES]]
-      : [['', NAME, this.namespace, [...INSTALLER_RULES, LEASE_RULE]]];
+      ? [['', NAME, this.namespace, [LEASE_RULE]], ['Installer', `${NAME}-installers`, this.installerNamespace, installerRules]]
+      : [['', NAME, this.namespace, [...installerRules, LEASE_RULE]]];
     for (const [prefix, name, namespace, rules] of roles) {
       const metadata = { ...controllerMeta(name, true), namespace };
       const role = new plus.Role(this, `${prefix}Role`, {
@@ -728,6 +730,13 @@ export class RuntimeClassManager extends Construct {
     const clusterRole = clusterRoleOf(this, 'NodeAgentClusterRole', metadata(false),
       [{ apiGroup: '', resource: 'nodes', verbs: ['get', 'list', 'watch', 'patch'] }]);
     bindCluster(this, 'NodeAgentClusterRoleBinding', metadata(false), clusterRole, serviceAccount);
+    // Its node's requests (a ConfigMap per node in this namespace): read only. RBAC cannot narrow
+    // this to its own node's either; the requests say what every node is asked, nothing secret.
+    const role = new plus.Role(this, 'NodeAgentRole', {
+      metadata: metadata(true),
+      rules: [{ verbs: ['get', 'list', 'watch'], resources: [apiResource({ apiGroup: '', resource: 'configmaps', verbs: [] })] }],
+    });
+    new plus.RoleBinding(this, 'NodeAgentRoleBinding', { metadata: metadata(true), role }).addSubjects(serviceAccount);
     // An ApiObject: a cdk8s-plus DaemonSet selects on a `cdk8s.io/metadata.addr` label by default (a selector is
     // immutable: the upgrade of an existing install would be refused), and the host pod needs what cdk8s-plus-28
     // does not expose: hostPID, priorityClassName, enableServiceLinks.
@@ -763,7 +772,11 @@ export class RuntimeClassManager extends Construct {
               command: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-agent.js'],
               args: [`--drift-check-seconds=${driftSeconds}`, '--log-format=json'],
               // installerEnv: the agent runs the installer, so its variables are the agent's.
-              env: [{ name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } }, ...installerEnv],
+              env: [
+                { name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
+                { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+                ...installerEnv,
+              ],
               securityContext: { privileged: true },
               resources: {
                 requests: { cpu: resources.cpuRequest, memory: resources.memoryRequest },
@@ -860,6 +873,8 @@ const INSTALLER_RULES: Rule[] = [
   { apiGroup: 'batch', resource: 'jobs', verbs: ['get', 'list', 'watch', 'create', 'delete', 'deletecollection'] },
   { apiGroup: '', resource: 'pods', verbs: ['get', 'list', 'watch'] },
 ];
+/** The nodes' requests ConfigMaps (install mode NodeAgent): listed once at start, then written; never watched. */
+const REQUESTS_RULE: Rule = { apiGroup: '', resource: 'configmaps', verbs: ['get', 'list', 'create', 'patch'] };
 const LEASE_RULE: Rule = { apiGroup: 'coordination.k8s.io', resource: 'leases', verbs: ['get', 'list', 'watch', 'create', 'update'] };
 
 function apiResource(rule: Rule): plus.ApiResource {

@@ -9,11 +9,16 @@
 //   NotReady node does in install mode Jobs (a new node is admitted once its agent runs);
 // - cordon: the Nodes that a field selector (`spec.unschedulable=true`) picks, metadata only.
 //
+// - the requests: what this controller admitted, from its own book (request-book.ts), in
+//   the view's annotations under requestKey(shim) as the agent reads them.
+//
 // The boot ID and the kubelet's runtime handlers are the agent's to watch on its node: it
 // checks its handlers whenever it starts (a reboot starts it again) and confirms an install
 // with `status.runtimeHandlers` itself, where the kubelet reports that field. Pure: no I/O.
+import { RequestBook } from './request-book';
 import { AgentPod, NodeMetadata } from './slim';
 import { NodeView } from './types';
+import { withoutRequests } from '../shared/agent-protocol';
 
 /** Called with a node's view before and after a change (undefined: not known then). */
 export type NodeViewChange = (before: NodeView | undefined, after: NodeView | undefined) => void;
@@ -27,7 +32,7 @@ export class AgentNodeViews {
   private readonly cordoned = new Set<string>();
   private readonly views = new Map<string, NodeView>();
 
-  constructor(private readonly onChange: NodeViewChange = () => undefined) {}
+  constructor(private readonly onChange: NodeViewChange = () => undefined, readonly requests = new RequestBook()) {}
 
   get size(): number {
     return this.views.size;
@@ -41,13 +46,25 @@ export class AgentNodeViews {
     return this.views.get(name);
   }
 
+  /** The node's uid, where known (the owner of its requests ConfigMap). */
+  uidOf(name: string): string | undefined {
+    return this.metadata.get(name)?.uid;
+  }
+
   putNode(node: NodeMetadata): void {
     this.metadata.set(node.name, node);
+    this.requests.nodeAt(node.name, node.resourceVersion);
     this.refresh(node.name);
   }
 
   removeNode(name: string): void {
     this.metadata.delete(name);
+    this.requests.forget(name);
+    this.refresh(name);
+  }
+
+  /** The book's requests of a node changed (the controller wrote them, or recorded one). */
+  requestsChanged(name: string): void {
     this.refresh(name);
   }
 
@@ -89,7 +106,13 @@ export class AgentNodeViews {
   private refresh(name: string): void {
     const before = this.views.get(name);
     const node = this.metadata.get(name);
-    const after: NodeView | undefined = node && { ...node, ready: this.readyAgents.has(name), schedulable: !this.cordoned.has(name) };
+    const after: NodeView | undefined = node && {
+      name,
+      labels: node.labels,
+      annotations: { ...withoutRequests(node.annotations), ...this.requests.annotations(name) },
+      ready: this.readyAgents.has(name),
+      schedulable: !this.cordoned.has(name),
+    };
     if (after) this.views.set(name, after);
     else this.views.delete(name);
     if (before || after) this.onChange(before, after);

@@ -1,10 +1,11 @@
 // Install mode NodeAgent, the controller's side: the planner's Jobs become requests in the
-// node record, and the agent's results come back as the Jobs' phases. The planner is the
+// nodes' requests ConfigMaps, and the agent's results (on the Nodes) come back as the Jobs'
+// phases. The planner is the
 // same in both modes; only what carries an operation to the node differs.
 import { AGENT_DEADLINE_MS, AGENT_DID_NOT_ANSWER, judgeRequest, ObservedRequest } from './job-judgement';
 import { installerRequest, JobSettings } from './jobs';
 import { JobRequest, JobView, NodeView, ShimObject } from './types';
-import { AdmittedRequest, requestKey, requestsOn, resultKey } from '../shared/agent-protocol';
+import { AdmittedRequest, requestsOn } from '../shared/agent-protocol';
 
 // The deadline is the planner's judgement (job-judgement.ts); its names stay importable from here.
 export { AGENT_DEADLINE_MS, AGENT_DID_NOT_ANSWER };
@@ -30,12 +31,12 @@ export function agentJobViews(nodes: readonly NodeView[], nowMs: number): JobVie
 }
 
 /**
- * The node patch that admits an operation: the request, and no result of an earlier one.
- * `passIntervalMs`: the least time between two passes of one Shim (see AdmittedRequest).
+ * What the controller admits for an operation (AdmittedRequest), written as JSON under the
+ * Shim's name in the node's requests ConfigMap. `passIntervalMs`: the least time between two
+ * passes of one Shim (see AdmittedRequest).
  */
-export function admitPatch(settings: JobSettings, shim: ShimObject, job: JobRequest, now: string,
-  passIntervalMs?: number): Record<string, string | null> {
-  const admitted: AdmittedRequest = {
+export function admittedRequest(settings: JobSettings, shim: ShimObject, job: JobRequest, now: string, passIntervalMs?: number): AdmittedRequest {
+  return {
     name: job.name,
     shimUid: shim.metadata.uid,
     operation: job.operation,
@@ -48,10 +49,4 @@ export function admitPatch(settings: JobSettings, shim: ShimObject, job: JobRequ
     ...(passIntervalMs !== undefined ? { passIntervalMs } : {}),
     request: installerRequest(settings, shim, job),
   };
-  return { [requestKey(shim.metadata.name)]: JSON.stringify(admitted), [resultKey(shim.metadata.name)]: null };
-}
-
-/** The node patch that withdraws a Shim's request (done and recorded, or superseded) and its result. */
-export function withdrawPatch(shimName: string): Record<string, null> {
-  return { [requestKey(shimName)]: null, [resultKey(shimName)]: null };
 }

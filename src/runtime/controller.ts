@@ -2,7 +2,7 @@
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
 import { AgentNodeViews } from './agent-node-views';
-import { admitPatch, observeRequests, withdrawPatch } from './agent-requests';
+import { admittedRequest, observeRequests } from './agent-requests';
 import { Handlers, Informer } from './informer';
 import { CreatedJob, ObservedJob } from './job-judgement';
 import { ANNOTATION_SHIM, installerJob, JobSettings, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY, observeJob } from './jobs';
@@ -15,11 +15,19 @@ import {
 } from './slim';
 import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from './slim-proto';
 import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
-import { AGENT_POD_SELECTOR } from '../shared/agent-protocol';
-import { isConflictOrExists, Kube, unlessNotFound } from '../shared/kube/kube';
+import { AGENT_POD_SELECTOR, REQUESTS_LABELS, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR, requestsConfigMapName, resultKey } from '../shared/agent-protocol';
+import { isConflictOrExists, isNotFound, Kube, unlessNotFound } from '../shared/kube/kube';
 import { Logger } from '../shared/log';
 
 export const FIELD_MANAGER = 'rcm-controller';
+
+/**
+ * What the adapter carries out: the planner's actions, and in install mode NodeAgent a node
+ * write that records requests (they leave the view once the node shows it) and a request
+ * recorded earlier (it leaves the view at once); see withRecordedRequests.
+ */
+type CarriedAction = Action | (Extract<Action, { kind: 'writeNode' }> & { readonly records?: readonly string[] })
+| { readonly kind: 'recordedRequest'; readonly view: JobView };
 const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
 const EVENTS_NAMESPACE = 'default';
 
@@ -50,6 +58,8 @@ export class Controller {
   private shims!: Informer<ShimObject>;
   /** Every Node as the planner sees it: read whole (install mode Jobs), or composed (AgentNodeViews). */
   private nodes!: NodeCache;
+  /** The same, install mode NodeAgent: with the requests this controller admitted (its book). */
+  private agentViews?: AgentNodeViews;
   private jobs?: Informer<SlimJob>;
   private pods?: Informer<SlimPod>;
   private runtimeClasses!: Informer<any>;
@@ -127,6 +137,8 @@ export class Controller {
    */
   private async informAgentNodes(onNode: (before?: NodeView, after?: NodeView) => void): Promise<AgentNodeViews> {
     const views = new AgentNodeViews(onNode);
+    this.agentViews = views;
+    await this.readRequests(views);
     await this.inform<AgentPod>(`/api/v1/namespaces/${this.settings.namespace}/pods`, { json: slimAgentPod, protobuf: agentPodFromProto }, {
       add: p => views.putAgent(p), update: (_, p) => views.putAgent(p), delete: p => views.removeAgent(p.name),
     }, AGENT_POD_SELECTOR);
@@ -137,6 +149,85 @@ export class Controller {
       add: n => views.putNode(n), update: (_, n) => views.putNode(n), delete: n => views.removeNode(n.name),
     });
     return views;
+  }
+
+  /**
+   * The requests ConfigMaps, read once: this controller is their only writer and keeps its
+   * book from here on (request-book.ts). A refused LIST is retried, as an informer's is.
+   */
+  private async readRequests(views: AgentNodeViews): Promise<void> {
+    for (;;) {
+      try {
+        const list = await this.kube.get(`/api/v1/namespaces/${this.settings.namespace}/configmaps?labelSelector=${encodeURIComponent(REQUESTS_SELECTOR)}`);
+        for (const cm of list.items ?? []) {
+          const node = cm.metadata?.annotations?.[REQUESTS_NODE_ANNOTATION];
+          if (node && requestsConfigMapName(node) === cm.metadata.name) views.requests.seed(node, cm.data ?? {});
+        }
+        return;
+      } catch (e) {
+        this.log.warn('could not list the requests ConfigMaps; again in 2 s', { error: (e as Error).message });
+        await new Promise(r => setTimeout(r, 2000));
+      }
+    }
+  }
+
+  /**
+   * Writes a node's requests (a data patch from the book): a merge patch of its ConfigMap, or
+   * its creation, owned by the Node (it goes with the Node). A node that is gone gets none.
+   */
+  private async writeRequests(node: string, patch: Record<string, string | null>): Promise<void> {
+    const views = this.agentViews!;
+    const ns = this.settings.namespace;
+    const name = requestsConfigMapName(node);
+    const path = `/api/v1/namespaces/${ns}/configmaps/${name}`;
+    let done = false;
+    if (views.requests.exists(node)) {
+      done = await unlessNotFound(this.kube.mergePatch(path, { data: patch }));
+    }
+    const data = Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== null));
+    const uid = views.uidOf(node);
+    if (!done && Object.keys(data).length > 0) {
+      if (!uid) return; // gone
+      try {
+        await this.kube.create(`/api/v1/namespaces/${ns}/configmaps`, {
+          apiVersion: 'v1',
+          kind: 'ConfigMap',
+          metadata: {
+            name,
+            namespace: ns,
+            labels: REQUESTS_LABELS,
+            annotations: { [REQUESTS_NODE_ANNOTATION]: node },
+            ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name: node, uid }],
+          },
+          data,
+        });
+      } catch (e) {
+        if (!isConflictOrExists(e)) throw e;
+        await this.kube.mergePatch(path, { data: patch }); // made meanwhile (by an earlier leader)
+      }
+      done = true;
+    }
+    views.requests.written(node, patch, done);
+    views.requestsChanged(node);
+  }
+
+  /**
+   * A Shim that goes leaves no trace on the nodes: its requests leave the ConfigMaps (those
+   * recorded stay there until the next write otherwise), then its results leave the Nodes
+   * (in this order: a request without its result would be run again). Fifty nodes at a time.
+   */
+  private async withdrawAll(shim: string): Promise<void> {
+    const requests = this.agentViews!.requests;
+    const key = resultKey(shim);
+    const withResult = new Set(this.nodes.list().filter(n => n.annotations[key] !== undefined).map(n => n.name));
+    const nodes = [...new Set([...requests.nodesWith(shim), ...withResult])];
+    for (let i = 0; i < nodes.length; i += 50) {
+      await Promise.all(nodes.slice(i, i + 50).map(async node => {
+        const patch = requests.patchFor(node, shim, null);
+        if (patch) await this.writeRequests(node, patch);
+        if (withResult.has(node)) await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${node}`, { metadata: { annotations: { [key]: null } } }));
+      }));
+    }
   }
 
   /** The installer Jobs and their pods (install mode Jobs). */
@@ -285,7 +376,7 @@ export class Controller {
     this.metrics.observeJobs(jobs);
     const created: JobRequest[] = [];
     try {
-      for (const action of this.agentMode ? this.withWithdrawalsMerged(shim, result.actions, jobs) : result.actions) {
+      for (const action of this.agentMode ? this.withRecordedRequests(shim, result.actions, jobs) : result.actions) {
         await this.carryOut(shim, action, jobs);
         if (action.kind === 'createJob') created.push(action.job);
       }
@@ -311,37 +402,35 @@ export class Controller {
   }
 
   /**
-   * Install mode NodeAgent: a request whose outcome the pass records is withdrawn in the same
-   * node patch as the record (one write instead of two, and no moment where the request
-   * outlives its record); other withdrawals stay actions of their own.
+   * Install mode NodeAgent: a finished request whose outcome is recorded leaves the ConfigMap
+   * without a write of its own (request-book.ts). One whose record this pass writes stays in
+   * the planner's view until the node shows that write (the node write names it); one recorded
+   * earlier goes at once. A running request that the planner withdraws is withdrawn at once.
    */
-  private withWithdrawalsMerged(shim: ShimObject, actions: Action[], views: readonly JobView[]): Action[] {
+  private withRecordedRequests(shim: ShimObject, actions: Action[], views: readonly JobView[]): CarriedAction[] {
     const byName = new Map(views.map(v => [v.name, v]));
-    const recorded = new Set(actions.filter(a => a.kind === 'writeNode').map(a => (a as Extract<Action, { kind: 'writeNode' }>).node));
-    const merged = new Map<string, string[]>(); // node -> request names withdrawn with its record
-    const rest: Action[] = [];
+    const recordedHere = new Set(actions.filter(a => a.kind === 'writeNode').map(a => (a as Extract<Action, { kind: 'writeNode' }>).node));
+    const merged = new Map<string, string[]>(); // node -> requests recorded by its write in this pass
+    const rest: CarriedAction[] = [];
+    const finished = (view: JobView) => {
+      if (recordedHere.has(view.node)) merged.set(view.node, [...merged.get(view.node) ?? [], view.name]);
+      else rest.push({ kind: 'recordedRequest', view });
+    };
     for (const action of actions) {
       if (action.kind === 'deleteJob') {
         const view = byName.get(action.name);
-        if (view && recorded.has(view.node)) {
-          merged.set(view.node, [...merged.get(view.node) ?? [], view.name]);
+        if (view && view.phase !== 'running') {
+          finished(view);
           continue;
         }
       } else if (action.kind === 'deleteSucceededJobs') {
         const batches = new Set(action.batches);
-        for (const view of views.filter(v => v.shimUid === shim.metadata.uid && v.phase === 'succeeded' && batches.has(v.batch ?? ''))) {
-          if (recorded.has(view.node)) merged.set(view.node, [...merged.get(view.node) ?? [], view.name]);
-          else rest.push({ kind: 'deleteJob', name: view.name });
-        }
+        for (const view of views.filter(v => v.shimUid === shim.metadata.uid && v.phase === 'succeeded' && batches.has(v.batch ?? ''))) finished(view);
         continue;
       }
       rest.push(action);
     }
-    return rest.map(action => {
-      // No tombstone: the node's next event shows the record and the withdrawal together.
-      if (action.kind !== 'writeNode' || !merged.has(action.node)) return action;
-      return { ...action, annotations: { ...action.annotations, ...withdrawPatch(shim.metadata.name) } };
-    });
+    return rest.map(action => (action.kind === 'writeNode' && merged.has(action.node) ? { ...action, records: merged.get(action.node) } : action));
   }
 
   /**
@@ -368,12 +457,13 @@ export class Controller {
   }
 
   /** `views`: the pass's Jobs (in agent mode the requests in the node records), read once per pass. */
-  private async carryOut(shim: ShimObject, action: Action, views: readonly JobView[]): Promise<void> {
+  private async carryOut(shim: ShimObject, action: CarriedAction, views: readonly JobView[]): Promise<void> {
     const name = shim.metadata.name;
     const rcPath = (rc: string) => `/apis/node.k8s.io/v1/runtimeclasses/${rc}`;
     switch (action.kind) {
       case 'addFinalizer':
       case 'removeFinalizer': {
+        if (action.kind === 'removeFinalizer' && this.agentMode) await this.withdrawAll(name);
         const current = shim.metadata.finalizers ?? [];
         const finalizers = action.kind === 'addFinalizer' ? [...current, FINALIZER] : current.filter(f => f !== FINALIZER);
         // resourceVersion guards against overwriting someone else's finalizer change.
@@ -382,7 +472,8 @@ export class Controller {
       }
       case 'createJob': {
         if (this.agentMode) {
-          await this.kube.mergePatch(`/api/v1/nodes/${action.job.node}`, { metadata: { annotations: admitPatch(this.settings, shim, action.job, new Date().toISOString(), this.passIntervalMs()) } });
+          const text = JSON.stringify(admittedRequest(this.settings, shim, action.job, new Date().toISOString(), this.passIntervalMs()));
+          await this.writeRequests(action.job.node, this.agentViews!.requests.patchFor(action.job.node, name, text)!);
         } else {
           try {
             await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, installerJob(this.settings, shim, action.job));
@@ -399,8 +490,12 @@ export class Controller {
       }
       case 'deleteJob': {
         if (this.agentMode) {
+          // A request under way (its node went away, or another supersedes it): the agent must stop.
           const view = views.find(v => v.name === action.name);
-          if (view && await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) this.deleted(action.name);
+          const requests = this.agentViews!.requests;
+          const patch = view && requests.requestOf(view.node, name) === view.name ? requests.patchFor(view.node, name, null) : undefined;
+          if (view && patch) await this.writeRequests(view.node, patch);
+          this.deleted(action.name);
           return;
         }
         const path = `/apis/batch/v1/namespaces/${this.settings.namespace}/jobs/${action.name}`;
@@ -410,15 +505,6 @@ export class Controller {
       case 'deleteSucceededJobs': {
         const uid = shim.metadata.uid;
         const batches = new Set(action.batches);
-        if (this.agentMode) {
-          // One small patch per node: the requests live in the node records.
-          for (const view of views.filter(v => v.shimUid === uid && v.phase === 'succeeded' && batches.has(v.batch ?? ''))) {
-            if (await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${view.node}`, { metadata: { annotations: withdrawPatch(name) } }))) {
-              this.deletedJobs.add(view.name);
-            }
-          }
-          return;
-        }
         const succeeded = this.jobs!.list().filter(j => j.metadata.labels?.[LABEL_SHIM_UID] === uid && batches.has(j.metadata.labels?.[LABEL_BATCH])
           && (j.status?.succeeded ?? 0) > 0);
         const labels = `${LABEL_SHIM_UID}=${uid},${LABEL_BATCH} in (${action.batches.join(',')})`;
@@ -442,9 +528,26 @@ export class Controller {
           });
         return;
       }
-      case 'writeNode':
-        // A node that is gone has nothing left to record.
-        await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${action.node}`, { metadata: { labels: action.labels, annotations: action.annotations } }));
+      case 'writeNode': {
+        const path = `/api/v1/nodes/${action.node}`;
+        const patch = { metadata: { labels: action.labels, annotations: action.annotations } };
+        try {
+          if (!('records' in action) || !action.records) {
+            await this.kube.mergePatch(path, patch);
+            return;
+          }
+          // The requests it records leave the planner's view once the node shows this write.
+          const version = await this.kube.mergePatchVersion(path, patch);
+          for (const request of action.records) this.agentViews!.requests.recorded(action.node, name, request, version ?? '0');
+          this.agentViews!.requestsChanged(action.node);
+        } catch (e) {
+          if (!isNotFound(e)) throw e; // a node that is gone has nothing left to record
+        }
+        return;
+      }
+      case 'recordedRequest':
+        // Recorded in an earlier pass (the node shows it): out of the view now, out of the ConfigMap with its next write.
+        if (this.agentViews!.requests.recorded(action.view.node, name, action.view.name)) this.agentViews!.requestsChanged(action.view.node);
         return;
       case 'applyRuntimeClass': {
         const rcName = action.object.metadata.name;

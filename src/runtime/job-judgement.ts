@@ -192,6 +192,7 @@ export function judgeRequest({ node, admitted, reported }: ObservedRequest, nowM
   const overdue = (reported === undefined || reported.phase === 'running') && nowMs - since >= AGENT_DEADLINE_MS;
   const result: AgentResult | undefined = overdue ? {
     name: admitted.name,
+    admittedAt: admitted.createdAt,
     phase: 'failed',
     startedAt: reported?.startedAt ?? admitted.createdAt,
     finishedAt: new Date(since + AGENT_DEADLINE_MS).toISOString(),

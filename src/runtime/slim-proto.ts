@@ -26,13 +26,14 @@ export function objectMeta(buf: Buffer): { name: string; resourceVersion: string
 interface Meta {
   name: string;
   uid?: string;
+  resourceVersion?: string;
   creationTimestamp?: string;
   deletionTimestamp?: string;
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
 }
 
-/** ObjectMeta: name 1, uid 5, creationTimestamp 8, deletionTimestamp 9, labels 11, annotations 12 (managedFields, 17, is skipped). */
+/** ObjectMeta: name 1, uid 5, resourceVersion 6, creationTimestamp 8, deletionTimestamp 9, labels 11, annotations 12 (managedFields, 17, is skipped). */
 function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true): Meta {
   const m: Meta = { name: '' };
   const e = f.nested();
@@ -40,6 +41,7 @@ function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true):
     switch (e.no) {
       case 1: m.name = e.text(); break;
       case 5: m.uid = optional(e.text()); break;
+      case 6: m.resourceVersion = optional(e.text()); break;
       case 8: m.creationTimestamp = e.time(); break;
       case 9: m.deletionTimestamp = e.time(); break;
       case 11: {
@@ -129,7 +131,7 @@ export function nodeFromProto(buf: Buffer): NodeView {
 /** A Node's metadata (PartialObjectMetadata, or a whole Node): its name, labels and our annotations. */
 export function nodeMetadataFromProto(buf: Buffer): NodeMetadata {
   const m = readObject(buf, { keepAnnotation: ours, status: () => undefined });
-  return { name: m.name, labels: m.labels ?? {}, annotations: m.annotations ?? {} };
+  return { name: m.name, uid: m.uid, resourceVersion: m.resourceVersion, labels: m.labels ?? {}, annotations: m.annotations ?? {} };
 }
 
 /** A node agent's pod: metadata 1 (deletionTimestamp 9), spec 2 (nodeName 10), status 3 (conditions 2: type 1, status 2). */

@@ -41,12 +41,18 @@ export function slimNode(raw: any): NodeView {
   };
 }
 
-/** What a Node's metadata alone tells: its name, labels and this controller's annotations. */
-export type NodeMetadata = Pick<NodeView, 'name' | 'labels' | 'annotations'>;
+/**
+ * What a Node's metadata alone tells: its name, labels and this controller's annotations; its
+ * uid (the owner of its requests ConfigMap) and the resourceVersion it was read at.
+ */
+export interface NodeMetadata extends Pick<NodeView, 'name' | 'labels' | 'annotations'> {
+  readonly uid?: string;
+  readonly resourceVersion?: string;
+}
 
 export function slimNodeMetadata(raw: any): NodeMetadata {
   const { name, labels, annotations } = slimNode({ metadata: raw.metadata });
-  return { name, labels, annotations };
+  return { name, uid: raw.metadata.uid || undefined, resourceVersion: raw.metadata.resourceVersion || undefined, labels, annotations };
 }
 
 /**

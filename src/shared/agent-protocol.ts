@@ -1,14 +1,22 @@
 // The node record's agent part (install mode NodeAgent): what the controller admitted on a
-// node and what the node's agent made of it, as two annotations per Shim and node.
+// node and what the node's agent made of it.
 //
-// - `<shim>.shim.runtime.spinkube.dev/request` (written by the controller): the operation it
-//   admitted, as JSON (AdmittedRequest). One per Shim and node at a time: the planner never
-//   runs two operations of one Shim on one node. Removing it withdraws the request.
-// - `<shim>.shim.runtime.spinkube.dev/result` (written by the agent): the request's progress
-//   and outcome (AgentResult), naming the request it is about.
+// - The requests (written by the controller): the operation it admitted for each Shim, as
+//   JSON (AdmittedRequest), in the node's requests ConfigMap (requestsConfigMapName, in the
+//   agents' namespace), one data key per Shim (its name). One per Shim and node at a time:
+//   the planner never runs two operations of one Shim on one node. Removing it withdraws the
+//   request. They are not on the Node: the controller watches the Nodes, and each request
+//   it wrote there came back to it as one more watch event (a third of what it read in a
+//   rollout). It is their only writer, so it keeps them in memory and lists them at start.
+// - `<shim>.shim.runtime.spinkube.dev/result` (an annotation on the Node, written by the
+//   agent): the request's progress and outcome (AgentResult), naming the request it is about.
 //
-// The controller reads both as it read an installer Job and its pod; the agent runs every
-// request of its node that has no outcome yet, all at once (one change set, one restart).
+// Both programs read them merged, as annotations (a request under requestKey(shim)): the
+// controller as it read an installer Job and its pod; the agent runs every request of its
+// node that has no outcome yet, all at once (one change set, one restart). A request whose
+// outcome the controller has recorded may stay in the ConfigMap until its next write there:
+// its result, on the Node, says it is done.
+import { createHash } from 'crypto';
 import { InstallerRequest } from './installer-contract';
 import { ShimNodeLabels } from './node-labels';
 
@@ -39,6 +47,13 @@ export interface AdmittedRequest {
 export interface AgentResult {
   /** The request it is about (AdmittedRequest.name). */
   readonly name: string;
+  /**
+   * That request's createdAt. A request admitted again under its name (the same attempt: after
+   * a drift check dropped the gate, or a withdrawal) is a new request: the result of the first
+   * one is not its result. The controller's write of the request does not touch the Node,
+   * where the earlier result stays.
+   */
+  readonly admittedAt: string;
   readonly phase: 'running' | 'succeeded' | 'failed';
   readonly startedAt: string;
   readonly finishedAt?: string;
@@ -86,6 +101,47 @@ export const AGENT_POD_SELECTOR = Object.entries(AGENT_POD_LABELS).map(([k, v]) 
 
 const SUFFIX = `.${ShimNodeLabels.DOMAIN}/`;
 
+/** The labels of the requests ConfigMaps: the controller lists them by these when it starts. */
+export const REQUESTS_LABELS: Readonly<Record<string, string>> = {
+  'app.kubernetes.io/managed-by': 'runtime-class-manager',
+  'app.kubernetes.io/component': 'node-requests',
+};
+
+/** REQUESTS_LABELS as a label selector. */
+export const REQUESTS_SELECTOR = Object.entries(REQUESTS_LABELS).map(([k, v]) => `${k}=${v}`).join(',');
+
+/** The annotation of a requests ConfigMap that names its node (a long node name is hashed in the ConfigMap's name). */
+export const REQUESTS_NODE_ANNOTATION = 'runtime.spinkube.dev/node';
+
+/**
+ * The name of the ConfigMap that holds a node's requests: `rcm-requests.<node>`, or a hash of
+ * the node's name where that would be longer than a name may be (253 characters).
+ */
+export function requestsConfigMapName(node: string): string {
+  const name = `rcm-requests.${node}`;
+  return name.length <= 253 ? name : `rcm-requests.${createHash('sha256').update(node).digest('hex')}`;
+}
+
+/** A requests ConfigMap's data (Shim name -> request) as the annotations both programs read (requestKey(shim) -> request). */
+export function requestAnnotationsOf(data: Readonly<Record<string, string>> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [shim, text] of Object.entries(data ?? {})) {
+    try {
+      out[requestKey(shim)] = text;
+    } catch {
+      // Not a Shim's name (it could not form a label key): not a request of ours.
+    }
+  }
+  return out;
+}
+
+/** Annotations without requests (an older controller wrote them on the Node): requests come from the ConfigMap only. */
+export function withoutRequests(annotations: Readonly<Record<string, string>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(annotations)) if (shimOfRequestKey(key) === undefined) out[key] = value;
+  return out;
+}
+
 export function requestKey(shimName: string): string {
   return ShimNodeLabels.handlerKey(shimName).replace(/\/handler$/, '/request');
 }
@@ -128,7 +184,7 @@ export function requestsOn(annotations: Readonly<Record<string, string>>): { shi
     const admitted = parseRequest(text);
     if (!admitted) continue;
     const result = parseResult(annotations[resultKey(shim)]);
-    out.push({ shim, admitted, ...(result?.name === admitted.name ? { result } : {}) });
+    out.push({ shim, admitted, ...(result?.name === admitted.name && result.admittedAt === admitted.createdAt ? { result } : {}) });
   }
   return out;
 }

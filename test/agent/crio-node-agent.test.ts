@@ -58,7 +58,7 @@ afterAll(async () => {
 test('the node agent on a CRI-O node: a request installed in process; status and the drift check catch each drift of the drop-in and binary', async () => {
   const host = await crio.host('1.29.1');
   const node = new NodeStandIn();
-  const agent = new NodeAgent(node as unknown as Kube, { nodeName: 'n1', installerArgs: hostArgs(host), platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60 }, log);
+  const agent = new NodeAgent(node as unknown as Kube, { nodeName: 'n1', namespace: 'rcm', installerArgs: hostArgs(host), platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60 }, log);
   const running = agent.start();
   try {
     await eventually(async () => node.watched, 10_000, () => 'the agent does not watch the node');

@@ -49,7 +49,7 @@ describe('otherClaim: who else holds a handler on the node', () => {
     ['another Shim asked later: this one goes first', admitted('a', request('a', 'spin', 'install', LATER)), 'b', request('b', 'spin'), undefined],
     ['another Shim\'s older request already answered', {
       ...admitted('a', request('a', 'spin')),
-      [resultKey('a')]: JSON.stringify({ name: 'a-i-spin', phase: 'failed', startedAt: NOW } as AgentResult),
+      [resultKey('a')]: JSON.stringify({ name: 'a-i-spin', admittedAt: NOW, phase: 'failed', startedAt: NOW } as AgentResult),
     }, 'b', request('b', 'spin', 'install', LATER), undefined],
     ['a damaged record of another Shim is no claim', { [ShimNodeLabels.installedKey('a')]: '{not json' }, 'b', request('b', 'spin'), undefined],
   ])('%s', (_what, annotations, shim, r, claim) => {
@@ -70,7 +70,7 @@ test('the agent refuses a request for a handler another Shim holds on its node, 
   node.apply({ metadata: { annotations: { ...admitted('b', request('b', 'spin')), ...admitted('c', request('c', 'wasmtime')) } } });
   // WHEN the agent starts
   const agent = new NodeAgent(node as unknown as Kube, {
-    nodeName: 'n1', installerArgs: [`--host-root=${root}`, '--retries=0'], platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60,
+    nodeName: 'n1', namespace: 'rcm', installerArgs: [`--host-root=${root}`, '--retries=0'], platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60,
   }, new Logger(false));
   const started = agent.start();
   try {

@@ -27,7 +27,7 @@ describe('installMode', () => {
     // THEN the agent's objects, in a snapshot
     const agentObjects = objects.filter(o => o.metadata.name === 'rcm-node-agent');
     expect(agentObjects.map(o => `${o.kind}/${o.metadata.namespace ?? ''}`)).toEqual([
-      'ServiceAccount/rcm-installers', 'ClusterRole/', 'ClusterRoleBinding/', 'DaemonSet/rcm-installers',
+      'ServiceAccount/rcm-installers', 'ClusterRole/', 'ClusterRoleBinding/', 'Role/rcm-installers', 'RoleBinding/rcm-installers', 'DaemonSet/rcm-installers',
     ]);
     expect(agentObjects).toMatchSnapshot();
     expect(args).toContain('--install-mode=agent');
@@ -46,12 +46,19 @@ describe('installMode', () => {
       command: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-agent.js'],
       args: ['--drift-check-seconds=60', '--log-format=json'],
       securityContext: { privileged: true },
-      env: [{ name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } }],
+      env: [
+        { name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
+        { name: 'POD_NAMESPACE', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+      ],
       resources: { requests: { cpu: '10m', memory: '96Mi' }, limits: { cpu: '500m', memory: '512Mi' } },
     });
-    // AND the agent may read and patch nodes, nothing else
+    // AND the agent may read and patch nodes, and read the nodes' requests ConfigMaps in its namespace, nothing else
     // (resourceNames: [] is cdk8s-plus's ClusterRole: no names, every node)
     expect(find('ClusterRole', 'rcm-node-agent').rules).toEqual([{ apiGroups: [''], resources: ['nodes'], resourceNames: [], verbs: ['get', 'list', 'watch', 'patch'] }]);
+    expect(find('Role', 'rcm-node-agent').rules).toEqual([{ apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'watch'] }]);
+    // AND the controller may list and write those ConfigMaps there (it never watches them), in Job mode not
+    expect(find('Role', 'rcm-controller-installers').rules).toContainEqual(expect.objectContaining({ resources: ['configmaps'], verbs: ['get', 'list', 'create', 'patch'] }));
+    expect(JSON.stringify(synth({ installerNamespace: 'rcm-installers' }).objects)).not.toMatch(/configmaps/);
     expect(manager.nodeAgent).toBeDefined();
   });
 

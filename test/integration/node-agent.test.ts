@@ -5,7 +5,7 @@ import * as path from 'path';
 import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
 import { RuntimeClassManager, ShimNodeLabels } from '../../src';
-import { requestKey, resultKey } from '../../src/shared/agent-protocol';
+import { requestKey, requestsConfigMapName, resultKey } from '../../src/shared/agent-protocol';
 import { createAgentPod, setAgentPodReady } from '../support/agent-pods';
 import { ContainerdDaemon, startContainerd } from '../support/containerd-daemon';
 import { ControlPlane, freePort, startControlPlane } from '../support/control-plane';
@@ -15,8 +15,8 @@ import { eventually, Rest } from '../support/rest';
 // Install mode NodeAgent, end to end below the kubelet: rcm-controller with --install-mode
 // agent against a real etcd + kube-apiserver 1.20, and rcm-node-agent serving node n1 whose
 // host is this machine with a real containerd 1.6 (its own root, config and socket). The
-// controller admits operations in the node record; the agent carries them out with the
-// installer in its own process and reports back; no Job or pod is involved.
+// controller admits operations in the node's requests ConfigMap; the agent carries them out
+// with the installer in its own process and reports back on the Node; no Job or pod is involved.
 
 jest.setTimeout(240_000);
 
@@ -57,12 +57,18 @@ function blocksAsSet(config: string): { rest: string; blocks: string[] } {
 const restarts = () => (fs.existsSync(restartLog) ? fs.readFileSync(restartLog, 'utf8').split('\n').filter(Boolean).length : 0);
 const effectiveConfig = () => execFileSync('containerd', ['--config', daemon.config, 'config', 'dump'], { encoding: 'utf8' });
 const node = () => admin.get(`/api/v1/nodes/${NODE}`);
+/** The node's requests ConfigMap (undefined while there is none). */
+const requests = () => admin.get(`/api/v1/namespaces/${NS}/configmaps/${requestsConfigMapName(NODE)}`).catch((e: any) => {
+  if (e.code === 404) return undefined;
+  throw e;
+});
 
 async function diagnostics(): Promise<string> {
   const n = await node().catch(() => undefined);
   const shims = await admin.get(SHIMS).catch(() => ({ items: [] }));
   return [
     'node: ' + JSON.stringify(Object.fromEntries(Object.entries({ ...n?.metadata?.labels, ...n?.metadata?.annotations }).filter(([k]) => k.includes('shim.runtime')))),
+    'requests: ' + JSON.stringify((await requests().catch(() => undefined))?.data),
     'shims: ' + JSON.stringify(shims.items.map((s: any) => ({ name: s.metadata.name, conditions: s.status?.conditions?.map((c: any) => `${c.type}=${c.status} ${c.reason}`) }))),
     ...children.map(c => `--- ${c.name} ---\n${fs.readFileSync(c.log, 'utf8').split('\n').slice(-25).join('\n')}`),
   ].join('\n');
@@ -119,7 +125,7 @@ beforeAll(async () => {
     '--default-restart-mode=command', `--default-restart-command=${restartCommand}`, '--resync-seconds=3', '--log-format=text',
     '--retry-base-seconds=1', '--retry-max-seconds=4',
     `--metrics-bind-address=127.0.0.1:${await freePort()}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`]);
-  start('agent', [AGENT, `--node-name=${NODE}`, `--kubeconfig=${cp.kubeconfig}`, '--drift-check-seconds=2', '--log-format=text', '--',
+  start('agent', [AGENT, `--node-name=${NODE}`, `--namespace=${NS}`, `--kubeconfig=${cp.kubeconfig}`, '--drift-check-seconds=2', '--log-format=text', '--',
     '--host-root=/', `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`, `--config=${daemon.config}`, `--socket=${daemon.socket}`,
     '--distro=containerd', '--health-timeout=30', '--retries=1']);
 }, 240_000);
@@ -147,11 +153,16 @@ test('two Shims applied at once are installed by the node agent in one change se
   const dump = effectiveConfig();
   expect(dump).toMatch(/containerd-shim-agent-a-v2/);
   expect(dump).toMatch(/containerd-shim-agent-b-v2/);
-  // AND the agent's requests are withdrawn once recorded
-  await eventually(async () => {
-    const a = (await node()).metadata.annotations ?? {};
-    return [requestKey('agent-a'), requestKey('agent-b'), resultKey('agent-a'), resultKey('agent-b')].every(k => a[k] === undefined);
-  }, 60_000, diagnostics);
+  // AND the requests are in the node's requests ConfigMap, which the Node owns (it goes with the
+  // Node), never on the Node; the result of each, on the Node, names it (done: the agent runs it
+  // no more, though it stays in the ConfigMap until the controller's next write there)
+  const cm = await requests();
+  expect(Object.keys(cm.data).sort()).toEqual(['agent-a', 'agent-b']);
+  expect(cm.metadata.ownerReferences).toEqual([expect.objectContaining({ apiVersion: 'v1', kind: 'Node', name: NODE, uid: n.metadata.uid })]);
+  for (const shim of ['agent-a', 'agent-b']) {
+    expect(n.metadata.annotations[requestKey(shim)]).toBeUndefined();
+    expect(JSON.parse(n.metadata.annotations[resultKey(shim)])).toMatchObject({ name: JSON.parse(cm.data[shim]).name, phase: 'succeeded' });
+  }
   // AND no Job was made for them (the controller's namespace has none)
   expect((await admin.get(`/apis/batch/v1/namespaces/${NS}/jobs`)).items).toEqual([]);
   // AND containerd restarted once for the two (one change set on the node)
@@ -222,6 +233,8 @@ test('deleting both Shims uninstalls them through the agent: the config is the o
   expect(fs.readFileSync(daemon.config, 'utf8')).toBe(original);
   const n = await node();
   expect(Object.keys({ ...n.metadata.labels, ...n.metadata.annotations }).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
+  // AND no request of theirs is left in the ConfigMap
+  expect((await requests())?.data ?? {}).toEqual({});
   expect(fs.existsSync(path.join(daemon.dir, 'opt', 'rcm', 'shims'))).toBe(false);
   // AND one containerd restart for both (the uninstalls the controller admitted one pass apart made one change set)
   expect(restarts() - restartsBefore).toBe(1);
@@ -235,15 +248,15 @@ test('a node whose agent pod is not Ready, or that is cordoned, takes no request
   try {
     // WHEN a Shim selects the node
     await admin.request('POST', SHIMS, shimSpec('agent-a'));
-    // THEN the Shim says the node waits, and no request is written on it
+    // THEN the Shim says the node waits, and no request is written for it
     await eventually(async () => waits.test(await progressing()), 30_000, diagnostics);
-    expect((await node()).metadata.annotations?.[requestKey('agent-a')]).toBeUndefined();
+    expect((await requests())?.data?.['agent-a']).toBeUndefined();
     // WHEN the node is cordoned, then its agent pod becomes Ready
     await admin.patch(`/api/v1/nodes/${NODE}`, { spec: { unschedulable: true } });
     await setAgentPodReady(admin, NS, NODE, true);
     // THEN it still waits, for the cordon (over a few of the controller's passes: --resync-seconds=3)
     await new Promise(res => setTimeout(res, 4_000));
-    expect((await node()).metadata.annotations?.[requestKey('agent-a')]).toBeUndefined();
+    expect((await requests())?.data?.['agent-a']).toBeUndefined();
     expect(await progressing()).toMatch(waits);
     // WHEN the node is uncordoned
     await admin.patch(`/api/v1/nodes/${NODE}`, { spec: { unschedulable: null } });

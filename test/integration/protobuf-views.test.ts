@@ -207,10 +207,13 @@ test('install mode NodeAgent: Node metadata alone (labels, our annotations), a f
   // WHEN it is read as metadata only, and whole
   const metadata = await kube.getProtobuf('/api/v1/nodes/pb-node-m', PROTOBUF_METADATA);
   const whole = await kube.getProtobuf('/api/v1/nodes/pb-node-m');
-  // THEN the metadata tells the same labels and annotations of ours as the whole Node read as JSON
-  const { name, labels, annotations } = slimNode(await admin.get('/api/v1/nodes/pb-node-m'));
-  expect(nodeMetadataFromProto(metadata)).toEqual({ name, labels, annotations });
-  expect(slimNodeMetadata(await admin.get('/api/v1/nodes/pb-node-m'))).toEqual({ name, labels, annotations });
+  // THEN the metadata tells the same labels and annotations of ours, uid and resourceVersion as the whole Node read as JSON
+  const json = await admin.get('/api/v1/nodes/pb-node-m');
+  const { name, labels, annotations } = slimNode(json);
+  const { uid, resourceVersion } = json.metadata;
+  expect(uid).toMatch(/./);
+  expect(nodeMetadataFromProto(metadata)).toEqual({ name, uid, resourceVersion, labels, annotations });
+  expect(slimNodeMetadata(json)).toEqual({ name, uid, resourceVersion, labels, annotations });
   expect(Object.keys(annotations)).toEqual([`spin.${DOMAIN}/installed`]);
   // AND it is a fraction of the whole (no images, conditions, nodeInfo)
   expect(metadata.length).toBeLessThan(whole.length / 3);

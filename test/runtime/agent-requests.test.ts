@@ -26,10 +26,13 @@ const node = (result?: object): NodeView => ({
 
 test.each([
   ['no result yet', undefined, T0 + 5_000, { phase: 'running', started: false }],
-  ['taken and reported under way', { name: admitted.name, phase: 'running', startedAt: new Date(T0 + 1_000).toISOString() }, T0 + 5_000, { phase: 'running', started: true }],
-  ['succeeded', { name: admitted.name, phase: 'succeeded', startedAt: new Date(T0).toISOString(), finishedAt: new Date(T0 + 3_000).toISOString(), result: { outcome: 'installed' } },
+  ['taken and reported under way', { name: admitted.name, admittedAt: admitted.createdAt, phase: 'running', startedAt: new Date(T0 + 1_000).toISOString() }, T0 + 5_000, { phase: 'running', started: true }],
+  ['succeeded', { name: admitted.name, admittedAt: admitted.createdAt, phase: 'succeeded', startedAt: new Date(T0).toISOString(), finishedAt: new Date(T0 + 3_000).toISOString(), result: { outcome: 'installed' } },
     T0 + AGENT_DEADLINE_MS * 2, { phase: 'succeeded', started: true, result: { outcome: 'installed' } }],
-  ['the result of an earlier request (another name) is not this one\'s', { name: 'rcm-spin-i-0', phase: 'succeeded', startedAt: new Date(T0).toISOString() }, T0 + 5_000,
+  ['the result of an earlier request (another name) is not this one\'s', { name: 'rcm-spin-i-0', admittedAt: admitted.createdAt, phase: 'succeeded', startedAt: new Date(T0).toISOString() }, T0 + 5_000,
+    { phase: 'running', started: false }],
+  ['nor is that of this name admitted before (admitted again after a drift check dropped the gate)',
+    { name: admitted.name, admittedAt: new Date(T0 - 60_000).toISOString(), phase: 'succeeded', startedAt: new Date(T0 - 60_000).toISOString() }, T0 + 5_000,
     { phase: 'running', started: false }],
 ])('%s', (_what, result, now, expected) => {
   // GIVEN a request in the node record (and maybe the agent's result) WHEN the planner's view is taken at `now`
@@ -50,7 +53,7 @@ test('a request without an outcome within the deadline fails, so that a node wit
     result: { reason: AGENT_DID_NOT_ANSWER, message: expect.stringMatching(/rcm-node-agent running there/) },
   });
   // AND one the agent took counts from when it took it
-  const taken = node({ name: admitted.name, phase: 'running', startedAt: new Date(T0 + 60_000).toISOString() });
+  const taken = node({ name: admitted.name, admittedAt: admitted.createdAt, phase: 'running', startedAt: new Date(T0 + 60_000).toISOString() });
   expect(agentJobViews([taken], T0 + AGENT_DEADLINE_MS)[0]).toMatchObject({ phase: 'running' });
   expect(agentJobViews([taken], T0 + 60_000 + AGENT_DEADLINE_MS)[0]).toMatchObject({
     phase: 'failed', started: true, result: { reason: AGENT_DID_NOT_ANSWER, message: expect.stringMatching(/after taking it/) },

@@ -162,7 +162,8 @@ export class Kube {
     };
   }
 
-  async request<T = any>(method: string, path: string, body?: unknown, contentType = 'application/json', writeAccept = WRITE_ACCEPT): Promise<T> {
+  /** `keepAnswer`: a write resolves to what it returned, as text (else to undefined, the answer unread). */
+  async request<T = any>(method: string, path: string, body?: unknown, contentType = 'application/json', writeAccept = WRITE_ACCEPT, keepAnswer = false): Promise<T> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     await this.limiter?.take();
     // An explicit length: a chunked DELETE body is refused by the API server.
@@ -175,11 +176,11 @@ export class Kube {
         const failed = (res.statusCode ?? 0) >= 300;
         // Only reads and errors are kept: what a write returns is drained unread.
         const chunks: Buffer[] = [];
-        res.on('data', c => { if (read || failed) chunks.push(c); });
+        res.on('data', c => { if (read || failed || keepAnswer) chunks.push(c); });
         res.on('end', () => {
           const answer = chunks.length === 0 ? '' : Buffer.concat(chunks).toString('utf8');
           if (failed) return reject(new ApiError(res.statusCode ?? 0, answer, method, path));
-          resolve(read && answer ? JSON.parse(answer) : undefined);
+          resolve(read && answer ? JSON.parse(answer) : keepAnswer ? answer as T : undefined as T);
         });
       });
       req.on('timeout', () => req.destroy(new Error(`${method} ${path}: timed out`)));
@@ -294,6 +295,16 @@ export class Kube {
 
   mergePatch<T = any>(path: string, patch: unknown): Promise<T> {
     return this.request('PATCH', path, patch, MERGE_PATCH);
+  }
+
+  /**
+   * A merge patch that tells the object's resourceVersion after it: a cache that must know
+   * when its watch shows this write compares the versions of the events it gets.
+   */
+  async mergePatchVersion(path: string, patch: unknown): Promise<string | undefined> {
+    const answer = await this.request<string>('PATCH', path, patch, MERGE_PATCH, WRITE_ACCEPT, true);
+    // The object's own metadata comes first in what a write returns (its metadata only, as asked).
+    return /"resourceVersion":"([^"]*)"/.exec(answer)?.[1];
   }
 
   /** Server-side apply with the controller's one field manager. */
