@@ -109,7 +109,7 @@ export class AgentNodeViews {
     const after: NodeView | undefined = node && {
       name,
       labels: node.labels,
-      annotations: { ...withoutRequests(node.annotations), ...this.requests.annotations(name) },
+      annotations: withRequests(node.annotations, this.requests.annotations(name)),
       ready: this.readyAgents.has(name),
       schedulable: !this.cordoned.has(name),
     };
@@ -117,4 +117,11 @@ export class AgentNodeViews {
     else this.views.delete(name);
     if (before || after) this.onChange(before, after);
   }
+}
+
+/** A node's annotations with the book's requests (those on the Node, from an older controller, left out). */
+function withRequests(annotations: Readonly<Record<string, string>>, requests: Record<string, string>): Record<string, string> {
+  const own = withoutRequests(annotations);
+  // Most nodes have no request of the book: their annotations are taken as they are (the views copy nothing then).
+  return Object.keys(requests).length === 0 ? own as Record<string, string> : { ...own, ...requests };
 }

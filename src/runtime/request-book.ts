@@ -47,7 +47,9 @@ export class RequestBook {
   /** The requests the planner sees on a node, as annotations (requestKey(shim) -> request). */
   annotations(node: string): Record<string, string> {
     const out: Record<string, string> = {};
-    for (const [shim, { text }] of this.nodes.get(node)?.shown ?? []) {
+    const shown = this.nodes.get(node)?.shown;
+    if (!shown || shown.size === 0) return out;
+    for (const [shim, { text }] of shown) {
       try {
         out[requestKey(shim)] = text;
       } catch {

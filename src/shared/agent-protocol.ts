@@ -135,15 +135,26 @@ export function requestAnnotationsOf(data: Readonly<Record<string, string>> | un
   return out;
 }
 
-/** Annotations without requests (an older controller wrote them on the Node): requests come from the ConfigMap only. */
-export function withoutRequests(annotations: Readonly<Record<string, string>>): Record<string, string> {
+/** Annotations without requests (an older controller wrote them on the Node): requests come from the ConfigMap only. The same object when it has none. */
+export function withoutRequests(annotations: Readonly<Record<string, string>>): Readonly<Record<string, string>> {
+  const keys = Object.keys(annotations);
+  if (!keys.some(key => shimOfRequestKey(key) !== undefined)) return annotations;
   const out: Record<string, string> = {};
-  for (const [key, value] of Object.entries(annotations)) if (shimOfRequestKey(key) === undefined) out[key] = value;
+  for (const key of keys) if (shimOfRequestKey(key) === undefined) out[key] = annotations[key];
   return out;
 }
 
+/** Keys by Shim name: every node view asks for them (the name's check is a few regular expressions). */
+const requestKeys = new Map<string, string>();
+
 export function requestKey(shimName: string): string {
-  return ShimNodeLabels.handlerKey(shimName).replace(/\/handler$/, '/request');
+  let key = requestKeys.get(shimName);
+  if (key === undefined) {
+    key = ShimNodeLabels.handlerKey(shimName).replace(/\/handler$/, '/request');
+    if (requestKeys.size > 10_000) requestKeys.clear(); // Shims come and go: bounded
+    requestKeys.set(shimName, key);
+  }
+  return key;
 }
 
 export function resultKey(shimName: string): string {

@@ -2,6 +2,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { Duration } from 'cdk8s';
 import { InstallMode, ShimNodeLabels } from '../../src';
+import { requestsConfigMapName } from '../../src/shared/agent-protocol';
 import {
   addPayloadShim, applyApp, Artifact, condition, containerdStarts, createPod, deleteWorkloads, diagnostics, downloads, fleet, getNode,
   handlerOf, handlersOf, NS, payloadShim, podWhen, publishShimPayload, runtimeOf, setUpFleet, SHIMS, sleep, step, synthFleetApp, workloadPod,
@@ -415,6 +416,9 @@ step('uninstall: deleting the Shims uninstalls them through the agents with one 
     if (n.host.run([n.containerd, '--version']).trim() === start[n.name].version) expect(n.configDump()).toBe(start[n.name].dump);
     expect(n.host.tryRun(['sh', '-c', 'ls /opt/rcm/shims /opt/rcm/payloads /opt/rcm/state 2>/dev/null']).stdout.trim()).toBe('');
     expect(await nodeRecord(n.name)).toEqual({ labels: {}, annotations: {} });
+    // AND its requests ConfigMap holds none of theirs
+    const requests = await api.get(`/api/v1/namespaces/${NS}/configmaps/${requestsConfigMapName(n.name)}`).catch((e: any) => (e.code === 404 ? undefined : Promise.reject(e)));
+    expect({ node: n.name, requests: requests?.data ?? {} }).toEqual({ node: n.name, requests: {} });
   }
   process.stdout.write(`node agent, four Shims deleted at once: gone in ${seconds(took)} s, no Job\n  ${report.join('\n  ')}\n`);
   for (const s of SHIM_NAMES) {
