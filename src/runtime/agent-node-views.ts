@@ -65,6 +65,9 @@ export class AgentNodeViews {
 
   /** The book's requests of a node changed (the controller wrote them, or recorded one). */
   requestsChanged(name: string): void {
+    // The node's watch may have shown a recording write before the write's answer came back.
+    const version = this.metadata.get(name)?.resourceVersion;
+    if (version !== undefined) this.requests.nodeAt(name, version);
     this.refresh(name);
   }
 

@@ -60,6 +60,8 @@ export class Controller {
   private nodes!: NodeCache;
   /** The same, install mode NodeAgent: with the requests this controller admitted (its book). */
   private agentViews?: AgentNodeViews;
+  /** The write of each node's requests under way (setRequest): one at a time per node. */
+  private readonly requestWrites = new Map<string, Promise<void>>();
   private jobs?: Informer<SlimJob>;
   private pods?: Informer<SlimPod>;
   private runtimeClasses!: Informer<any>;
@@ -172,6 +174,29 @@ export class Controller {
   }
 
   /**
+   * Sets `shim`'s request on a node (`text`), or withdraws it (null; only while the book holds
+   * the request `expected`, when given), with the recorded requests that waited for a write.
+   * One write at a time per node: each write's patch comes from the book as the writes before
+   * it left it (two Shims' passes run at once, and one's withdrawal of a recorded request must
+   * not remove the other's new one).
+   */
+  private async setRequest(node: string, shim: string, text: string | null, expected?: string): Promise<void> {
+    const previous = this.requestWrites.get(node) ?? Promise.resolve();
+    const write = previous.catch(() => undefined).then(async () => {
+      const requests = this.agentViews!.requests;
+      if (text === null && expected !== undefined && requests.requestOf(node, shim) !== expected) return;
+      const patch = requests.patchFor(node, shim, text);
+      if (patch) await this.writeRequests(node, patch);
+    });
+    this.requestWrites.set(node, write);
+    try {
+      await write;
+    } finally {
+      if (this.requestWrites.get(node) === write) this.requestWrites.delete(node);
+    }
+  }
+
+  /**
    * Writes a node's requests (a data patch from the book): a merge patch of its ConfigMap, or
    * its creation, owned by the Node (it goes with the Node). A node that is gone gets none.
    */
@@ -223,8 +248,7 @@ export class Controller {
     const nodes = [...new Set([...requests.nodesWith(shim), ...withResult])];
     for (let i = 0; i < nodes.length; i += 50) {
       await Promise.all(nodes.slice(i, i + 50).map(async node => {
-        const patch = requests.patchFor(node, shim, null);
-        if (patch) await this.writeRequests(node, patch);
+        await this.setRequest(node, shim, null);
         if (withResult.has(node)) await unlessNotFound(this.kube.mergePatch(`/api/v1/nodes/${node}`, { metadata: { annotations: { [key]: null } } }));
       }));
     }
@@ -473,7 +497,7 @@ export class Controller {
       case 'createJob': {
         if (this.agentMode) {
           const text = JSON.stringify(admittedRequest(this.settings, shim, action.job, new Date().toISOString(), this.passIntervalMs()));
-          await this.writeRequests(action.job.node, this.agentViews!.requests.patchFor(action.job.node, name, text)!);
+          await this.setRequest(action.job.node, name, text);
         } else {
           try {
             await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, installerJob(this.settings, shim, action.job));
@@ -492,9 +516,7 @@ export class Controller {
         if (this.agentMode) {
           // A request under way (its node went away, or another supersedes it): the agent must stop.
           const view = views.find(v => v.name === action.name);
-          const requests = this.agentViews!.requests;
-          const patch = view && requests.requestOf(view.node, name) === view.name ? requests.patchFor(view.node, name, null) : undefined;
-          if (view && patch) await this.writeRequests(view.node, patch);
+          if (view) await this.setRequest(view.node, name, null, view.name);
           this.deleted(action.name);
           return;
         }

@@ -89,4 +89,9 @@ test('the node views carry the book\'s requests as annotations, and drop request
   views.putNode(meta('12'));
   expect(views.get('n1')!.annotations[requestKey('spin')]).toBeUndefined();
   expect(views.uidOf('n1')).toBeUndefined();
+  // AND a request recorded by a write the node's watch showed before the write's answer came back goes at once
+  views.requests.written('n1', { spin: request('r2') });
+  views.requests.recorded('n1', 'spin', 'r2', '12');
+  views.requestsChanged('n1');
+  expect(views.get('n1')!.annotations[requestKey('spin')]).toBeUndefined();
 });
