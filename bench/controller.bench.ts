@@ -10,7 +10,8 @@
 //
 // Install modes: RCM_BENCH_MODES=jobs,agent (the default: both, side by side in one run). In
 // agent mode the controller runs with --install-mode agent, a stand-in for the node agents
-// answers each request of a node's requests ConfigMap on the Node (succeeded, 0.5 s later), a
+// answers each request of a node's requests ConfigMap on the Node (succeeded, 0.5 s later, with
+// the Shim's record after it, as the agent writes it), a
 // Ready agent pod stands on every node (the DaemonSet's, as its kubelet reports it: the
 // controller reads readiness from it), and the plain loop's unavoidable writes are one write of
 // the node's requests ConfigMap and one label patch per node and Shim.
@@ -160,13 +161,15 @@ function finishAgentRequests(admin: Rest): () => void {
   let stopped = false;
   let watch: { stop: () => void } | undefined;
   const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
-  const answer = async (node: string, shim: string, name: string, admittedAt: string) => {
+  const answer = async (node: string, shim: string, name: string, admittedAt: string, record?: { labels: object; annotations: object }) => {
     const startedAt = new Date().toISOString();
     const write = async (result: object) => {
       for (;;) {
         try {
-          await admin.request('PATCH', `/api/v1/nodes/${node}`, { metadata: { annotations: { [`${shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify(result) } } },
-            'application/merge-patch+json');
+          // The Shim's record after the success goes with the outcome, as the agent writes it (the request's onSuccess).
+          await admin.request('PATCH', `/api/v1/nodes/${node}`, {
+            metadata: { ...(record ? { labels: record.labels } : {}), annotations: { ...record?.annotations, [`${shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify(result) } },
+          }, 'application/merge-patch+json');
           return;
         } catch (e: any) {
           if (stopped || e.code === 404) return;
@@ -175,16 +178,16 @@ function finishAgentRequests(admin: Rest): () => void {
       }
     };
     await sleep(500);
-    await write({ name, admittedAt, phase: 'succeeded', startedAt, finishedAt: new Date().toISOString(), result: { outcome: 'installed', exitCode: 0 } });
+    await write({ name, admittedAt, phase: 'succeeded', startedAt, finishedAt: new Date().toISOString(), result: { outcome: 'installed', exitCode: 0 }, ...(record ? { recorded: true } : {}) });
   };
   const onRequests = (cm: any) => {
     const node = cm.metadata.annotations[REQUESTS_NODE_ANNOTATION];
     for (const [shim, text] of Object.entries<string>(cm.data ?? {})) {
-      const { name, createdAt } = JSON.parse(text);
+      const { name, createdAt, onSuccess } = JSON.parse(text);
       const id = `${node} ${shim} ${createdAt}`;
       if (taken.get(id) === name) continue;
       taken.set(id, name);
-      void answer(node, shim, name, createdAt);
+      void answer(node, shim, name, createdAt, onSuccess);
     }
   };
   const path = `/api/v1/namespaces/${NS}/configmaps?labelSelector=${encodeURIComponent(REQUESTS_SELECTOR)}`;
@@ -273,10 +276,12 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   }
 }
 
-async function runPlain(cp: ControlPlane, names: string[], mode: Mode = 'jobs'): Promise<Figures> {
+/** The plain loop; `requestsOnly`: its requests alone, in a namespace of their own (install mode NodeAgent). */
+async function runPlain(cp: ControlPlane, names: string[], mode: Mode = 'jobs', requestsOnly = false): Promise<Figures> {
   const start = Date.now();
-  const plain = spawn(process.execPath, ['bench/plain-client.js', cp.server, cp.adminToken, cp.caFile, 'baseline', SHIMS.join(','), ...names],
-    { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, RCM_BENCH_MODE: mode } });
+  const namespace = requestsOnly ? 'baseline-requests' : 'baseline';
+  const plain = spawn(process.execPath, ['bench/plain-client.js', cp.server, cp.adminToken, cp.caFile, namespace, SHIMS.join(','), ...names],
+    { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, RCM_BENCH_MODE: mode, RCM_BENCH_REQUESTS_ONLY: requestsOnly ? '1' : '0' } });
   let out = '';
   plain.stdout.on('data', d => { out += d; });
   let figures = { cpu: 0, rssMiB: 0 };
@@ -290,7 +295,7 @@ async function runPlain(cp: ControlPlane, names: string[], mode: Mode = 'jobs'):
   return { writes: JSON.parse(out).writes, ...figures, wall: (Date.now() - start) / 1000 };
 }
 
-async function measure(nodes: number, work: string, mode: Mode, before?: string): Promise<{ plain: Figures; now: Figures; before?: Figures }> {
+async function measure(nodes: number, work: string, mode: Mode, before?: string): Promise<{ plain: Figures; now: Figures; before?: Figures; requestsOnly?: Figures }> {
   const cp = await startControlPlane({
     controllerManager: true, controllers: '*,-nodeipam,-nodelifecycle',
     controllerManagerArgs: ['--kube-api-qps=1000', '--kube-api-burst=2000'],
@@ -307,6 +312,7 @@ async function measure(nodes: number, work: string, mode: Mode, before?: string)
     cp.kubectl(['apply', '-f', '-'], { input: Yaml.stringify(...objects) });
     cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
     cp.kubectl(['create', 'namespace', 'baseline']);
+    cp.kubectl(['create', 'namespace', 'baseline-requests']);
     const names = Array.from({ length: nodes }, (_, i) => `node-${String(i).padStart(5, '0')}`);
     await createNodes(admin, names);
     // The node agents' pods, as the DaemonSet's would be once started: the controller reads the nodes' readiness from them.
@@ -314,13 +320,16 @@ async function measure(nodes: number, work: string, mode: Mode, before?: string)
     stopHeartbeats = heartbeats(admin, names);
 
     const plain = await runPlain(cp, names, mode);
+    // In agent mode the agents write the records with their outcomes: the controller's own
+    // unavoidable writes are the requests alone, a second baseline beside the issue's.
+    const requestsOnly = mode === 'agent' ? await runPlain(cp, names, mode, true) : undefined;
     const bundle = path.join(work, 'rcm-controller.js');
     buildSync({ entryPoints: ['src/runtime/main.ts'], bundle: true, platform: 'node', target: 'node20', outfile: bundle, logLevel: 'error' });
     const now = await runController(cp, admin, bundle, SHIMS, nodes, path.join(work, `controller-${mode}-${nodes}.log`), mode);
     const previous = before && mode === 'jobs'
       ? await runController(cp, admin, bundleOf(before, work), SHIMS.map(s => `${s}-before`), nodes, path.join(work, `before-${nodes}.log`))
       : undefined;
-    return { plain, now, before: previous };
+    return { plain, now, before: previous, requestsOnly };
   } finally {
     stopHeartbeats();
     await cp.stop();
@@ -335,7 +344,7 @@ async function main(): Promise<void> {
     for (const size of SIZES) for (const mode of MODES) {
       // Each size's figures as soon as they are measured: a larger size may take long. Each
       // mode on an API server of its own (a fresh fleet), one after the other.
-      const { nodes, plain, now, before } = { nodes: size, ...await measure(size, work, mode, BEFORE) };
+      const { nodes, plain, now, before, requestsOnly } = { nodes: size, ...await measure(size, work, mode, BEFORE) };
       results.push({ nodes, mode, plain, now, before });
       console.log(`\n${nodes} realistic nodes, install mode ${mode}, ${SHIMS.length} Shims, rolling 10%, heartbeats ${HEARTBEAT_SECONDS === 60 ? 'once a minute' : `every ${HEARTBEAT_SECONDS} s`} per node`);
       console.log(`${''.padEnd(24)}${'plain loop'.padStart(11)}${'controller'.padStart(11)}${'ratio'.padStart(8)}${before ? `${`before (${BEFORE})`.padStart(18)}${'ratio'.padStart(8)}` : ''}`);
@@ -350,6 +359,9 @@ async function main(): Promise<void> {
         // Writes and reads together: what any controller that watches the outcome of its writes pays at the least.
         const floor = plain.cpu + now.readerCpu;
         console.log(`floor with reads: the plain loop's ${plain.cpu.toFixed(2)} CPU seconds + ${now.readerCpu.toFixed(2)} for a bare reader to receive the same watches during the rollout (${now.readerEvents} events, bench/plain-watcher.js) = ${floor.toFixed(2)}; controller ${(now.cpu / floor).toFixed(2)}x${before?.readerCpu !== undefined ? `, before ${(before.cpu / (plain.cpu + before.readerCpu)).toFixed(2)}x` : ''}`);
+      }
+      if (requestsOnly) {
+        console.log(`against a plain loop of the requests alone (${(requestsOnly.writes / nodes).toFixed(2)} writes per node, ${requestsOnly.cpu.toFixed(2)} CPU seconds): writes ${(now.writes / requestsOnly.writes).toFixed(2)}x, CPU ${(now.cpu / requestsOnly.cpu).toFixed(2)}x`);
       }
       const perWrite = now.events !== undefined && now.writes > 0 ? (now.events / now.writes).toFixed(2) : 'n/a';
       console.log(`summary: mode=${mode} nodes=${nodes} writes=${(now.writes / plain.writes).toFixed(2)}x cpu=${(now.cpu / plain.cpu).toFixed(2)}x events/write=${perWrite} rss=${Math.round(now.rssMiB)} MiB`);

@@ -7,7 +7,7 @@ import { ExitCode, InstallerError } from '../installer/errors';
 import { InstallResult, Installer } from '../installer/install';
 import { InstallerOptions, parseOptions } from '../installer/options';
 import {
-  AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS,
+  AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS, ownRecordOf,
   requestAnnotationsOf, requestsConfigMapName, requestsOn, resultKey, runtimeHandlersOfStatus, withoutRequests,
 } from '../shared/agent-protocol';
 import { toEnv } from '../shared/installer-contract';
@@ -302,7 +302,8 @@ export class NodeAgent {
       return;
     }
     const startedAt = new Date().toISOString();
-    const report = (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>) => this.report(shim, { name: admitted.name, admittedAt: admitted.createdAt, startedAt, ...r });
+    const report = (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: AdmittedRequest['onSuccess']) =>
+      this.report(shim, { name: admitted.name, admittedAt: admitted.createdAt, startedAt, ...r, ...(record ? { recorded: true } : {}) }, record);
     this.log.info(`${admitted.operation} of ${admitted.handler} admitted`, { shim, request: admitted.name, attempt: admitted.attempt });
     // `running` only for a run that takes a while: most end sooner (written in order: the
     // outcome waits for this write).
@@ -310,7 +311,7 @@ export class NodeAgent {
     const progressTimer = setTimeout(() => {
       progress = report({ phase: 'running' }).catch(e => this.log.warn('could not report a request under way', { request: admitted.name, error: (e as Error).message }));
     }, this.settings.progressReportSeconds * 1000);
-    const outcomeReport = async (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>) => {
+    const outcomeReport = async (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: AdmittedRequest['onSuccess']) => {
       clearTimeout(progressTimer);
       await progress;
       // Withdrawn while it ran: nobody waits for this outcome (the controller admits the
@@ -319,7 +320,7 @@ export class NodeAgent {
         this.log.info('the request was withdrawn while it ran: its outcome is not reported', { shim, request: admitted.name, phase: r.phase });
         return;
       }
-      await report(r);
+      await report(r, record);
     };
     try {
       const result = await this.runInstaller(shim, admitted);
@@ -333,7 +334,7 @@ export class NodeAgent {
         phase: 'succeeded',
         finishedAt: new Date().toISOString(),
         result: { outcome: result.outcome, message: result.message, exitCode: ExitCode.SUCCESS },
-      });
+      }, this.recordAfter(shim, admitted));
       this.log.info(result.message, { shim, request: admitted.name, outcome: result.outcome, timings: result.timings });
     } catch (e) {
       const err = e instanceof InstallerError ? e : new InstallerError(ExitCode.UNEXPECTED, 'InternalError', (e as Error).stack ?? String(e));
@@ -383,15 +384,40 @@ export class NodeAgent {
   }
 
   /**
-   * Writes a result, trying again a few times (the API server may refuse a write under load:
-   * 429). A result that never arrives is not lost for good: the request still shows no outcome,
-   * the controller fails it after its deadline (NodeAgentDidNotAnswer) and admits it again (an
-   * installed handler is then `unchanged`).
+   * The record a success writes with its outcome (the request's `onSuccess`): that Shim's keys
+   * only (ownRecordOf), and a gate only where it names the handler just installed or the gate
+   * the node has already: the agent never opens the RuntimeClass to a handler it has not
+   * checked (I1). A gate that does not pass leaves the whole record to the controller.
    */
-  private async report(shim: string, result: AgentResult): Promise<void> {
+  private recordAfter(shim: string, admitted: AdmittedRequest): AdmittedRequest['onSuccess'] {
+    const record = ownRecordOf(shim, admitted.onSuccess);
+    if (!record) return undefined;
+    const gateKey = ShimNodeLabels.handlerKey(shim);
+    const gate = record.labels[gateKey];
+    const installedHere = admitted.operation === 'install' && gate === admitted.handler;
+    if (gate !== undefined && gate !== null && !installedHere && gate !== this.node?.labels[gateKey]) {
+      this.log.warn('the record of this success names a gate this agent did not check; the controller writes it', { shim, request: admitted.name, gate });
+      return undefined;
+    }
+    return record;
+  }
+
+  /**
+   * Writes a result (with the Shim's record after it, where given: one write), trying again a
+   * few times (the API server may refuse a write under load: 429). A result that never arrives
+   * is not lost for good: the request still shows no outcome, the controller fails it after its
+   * deadline (NodeAgentDidNotAnswer) and admits it again (an installed handler is then `unchanged`).
+   */
+  private async report(shim: string, result: AgentResult, record?: AdmittedRequest['onSuccess']): Promise<void> {
+    const patch = {
+      metadata: {
+        ...(record ? { labels: record.labels } : {}),
+        annotations: { ...record?.annotations, [resultKey(shim)]: JSON.stringify(result) },
+      },
+    };
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.kube.mergePatch(this.nodePath, { metadata: { annotations: { [resultKey(shim)]: JSON.stringify(result) } } });
+        await this.kube.mergePatch(this.nodePath, patch);
         return;
       } catch (e) {
         if (attempt >= 5 || isNotFound(e)) throw e;

@@ -10,12 +10,16 @@ import { AdmittedRequest, requestsOn } from '../shared/agent-protocol';
 // The deadline is the planner's judgement (job-judgement.ts); its names stay importable from here.
 export { AGENT_DEADLINE_MS, AGENT_DID_NOT_ANSWER };
 
-/** Every request on these nodes, and the agent's result of it: the facts the planner judges. */
-export function observeRequests(nodes: readonly NodeView[]): ObservedRequest[] {
+/**
+ * Every request on these nodes, and the agent's result of it: the facts the planner judges.
+ * `announced`: a success the agent recorded whose result an earlier controller announced.
+ */
+export function observeRequests(nodes: readonly NodeView[], announced?: (node: string, shim: string, name: string) => boolean): ObservedRequest[] {
   const observed: ObservedRequest[] = [];
   for (const node of nodes) {
-    for (const { admitted, result } of requestsOn(node.annotations)) {
-      observed.push({ kind: 'request', node: node.name, admitted, ...(result ? { reported: result } : {}) });
+    for (const { shim, admitted, result } of requestsOn(node.annotations)) {
+      const told = result?.recorded === true && result.phase === 'succeeded' && announced?.(node.name, shim, admitted.name) === true;
+      observed.push({ kind: 'request', node: node.name, admitted, ...(result ? { reported: result } : {}), ...(told ? { announced: true } : {}) });
     }
   }
   return observed;
@@ -47,6 +51,7 @@ export function admittedRequest(settings: JobSettings, shim: ShimObject, job: Jo
     ...(job.artifact?.sha256 ? { sha256: job.artifact.sha256 } : {}),
     createdAt: now,
     ...(passIntervalMs !== undefined ? { passIntervalMs } : {}),
+    ...(job.recordOnSuccess ? { onSuccess: job.recordOnSuccess } : {}),
     request: installerRequest(settings, shim, job),
   };
 }

@@ -15,7 +15,7 @@ import {
 } from './slim';
 import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from './slim-proto';
 import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
-import { AGENT_POD_SELECTOR, REQUESTS_LABELS, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR, requestsConfigMapName, resultKey } from '../shared/agent-protocol';
+import { AGENT_POD_SELECTOR, REQUESTS_LABELS, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR, requestsConfigMapName, requestsOn, resultKey } from '../shared/agent-protocol';
 import { isConflictOrExists, isNotFound, Kube, unlessNotFound } from '../shared/kube/kube';
 import { Logger } from '../shared/log';
 
@@ -33,7 +33,7 @@ const EVENTS_NAMESPACE = 'default';
 
 export interface ControllerSettings extends JobSettings {
   /**
-   * How operations reach the nodes: installer Jobs, or requests in the node record that each
+   * How operations reach the nodes: installer Jobs, or requests in each node's requests ConfigMap that the
    * node's agent carries out (no Jobs nor pods are created or watched then).
    */
   readonly installMode?: 'jobs' | 'agent';
@@ -149,6 +149,11 @@ export class Controller {
     }, undefined, 'spec.unschedulable=true', 'cordoned');
     await this.inform<NodeMetadata>('/api/v1/nodes', { json: slimNodeMetadata, protobuf: nodeMetadataFromProto, metadataOnly: true }, {
       add: n => views.putNode(n), update: (_, n) => views.putNode(n), delete: n => views.removeNode(n.name),
+    });
+    // What the agents recorded before this controller started was announced by the one before.
+    views.requests.announceFinished((node, shim, name) => {
+      const view = views.get(node);
+      return view !== undefined && requestsOn(view.annotations).some(r => r.shim === shim && r.admitted.name === name && r.result?.recorded === true && r.result.phase === 'succeeded');
     });
     return views;
   }
@@ -342,7 +347,7 @@ export class Controller {
 
   /** What the caches show of every installer Job, with its own pods (matched by the Job's uid, not its reusable name). */
   private observedJobs(): ObservedJob[] {
-    if (this.agentMode) return observeRequests(this.nodes.list());
+    if (this.agentMode) return observeRequests(this.nodes.list(), (node, shim, request) => this.agentViews!.requests.announced(node, shim, request));
     const podsByJob = new Map<string, any[]>();
     for (const pod of this.pods!.list()) {
       const uid = pod.metadata?.labels?.['controller-uid'] ?? pod.metadata?.labels?.['batch.kubernetes.io/controller-uid'];
@@ -480,7 +485,7 @@ export class Controller {
     await this.kube.mergePatch(`${SHIMS}/${shim.metadata.name}/status`, { status });
   }
 
-  /** `views`: the pass's Jobs (in agent mode the requests in the node records), read once per pass. */
+  /** `views`: the pass's Jobs (in agent mode the requests), read once per pass. */
   private async carryOut(shim: ShimObject, action: CarriedAction, views: readonly JobView[]): Promise<void> {
     const name = shim.metadata.name;
     const rcPath = (rc: string) => `/apis/node.k8s.io/v1/runtimeclasses/${rc}`;

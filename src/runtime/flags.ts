@@ -31,7 +31,7 @@ export const FLAGS: Flag[] = [
   { name: 'metrics-bind-address', arg: 'ADDR', help: 'address of /metrics', default: ':8080' },
   { name: 'health-probe-bind-address', arg: 'ADDR', help: 'address of /healthz and /readyz', default: ':8081' },
   { name: 'log-format', arg: 'FORMAT', help: 'json or text', default: 'json' },
-  { name: 'install-mode', arg: 'MODE', help: 'how operations reach the nodes: jobs (an installer Job per node and operation) or agent (requests in the node record, carried out by each node\'s rcm-node-agent)', default: 'jobs' },
+  { name: 'install-mode', arg: 'MODE', help: 'how operations reach the nodes: jobs (an installer Job per node and operation) or agent (requests in each node\'s requests ConfigMap, carried out by each node\'s rcm-node-agent)', default: 'jobs' },
   { name: 'default-restart-mode', arg: 'MODE', help: 'how installers restart containerd when a Shim does not say: systemd, command, none', default: 'systemd' },
   { name: 'default-restart-command', arg: 'CMD', help: 'the host command for --default-restart-mode=command' },
   { name: 'installer-env', arg: 'NAME=VALUE', help: 'a variable added to every installer pod\'s environment (repeatable)', repeat: true },

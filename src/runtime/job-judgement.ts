@@ -57,6 +57,8 @@ export interface ObservedRequest {
   readonly admitted: AdmittedRequest;
   /** The agent's result of this very request (an earlier request's result is not passed). */
   readonly reported?: AgentResult;
+  /** A success the agent recorded whose result was announced already (JobView.announced). */
+  readonly announced?: boolean;
 }
 
 export type ObservedJob = ObservedInstallerJob | ObservedRequest;
@@ -187,7 +189,7 @@ export function judgeJob(job: ObservedInstallerJob, nowMs: number): JobView {
  * A request at `nowMs`, as a Job in that state would be: running until the agent reports,
  * then its outcome; failed once it has gone AGENT_DEADLINE_MS without one.
  */
-export function judgeRequest({ node, admitted, reported }: ObservedRequest, nowMs: number): JobView {
+export function judgeRequest({ node, admitted, reported, announced }: ObservedRequest, nowMs: number): JobView {
   const since = Date.parse(reported?.startedAt ?? admitted.createdAt);
   const overdue = (reported === undefined || reported.phase === 'running') && nowMs - since >= AGENT_DEADLINE_MS;
   const result: AgentResult | undefined = overdue ? {
@@ -223,5 +225,6 @@ export function judgeRequest({ node, admitted, reported }: ObservedRequest, nowM
     ...(result?.finishedAt ? { finishedAt: result.finishedAt } : {}),
     ...(phase === 'failed' ? { result: { reason: outcome?.reason ?? NO_INSTALLER_REPORT, message: outcome?.message ?? 'the node agent reported a failure without a reason', outcome: outcome?.outcome } } : {}),
     ...(phase === 'succeeded' && outcome ? { result: { reason: outcome.reason, message: outcome.message, outcome: outcome.outcome } } : {}),
+    ...(phase === 'succeeded' && result?.recorded === true ? { recordedByAgent: true, ...(announced ? { announced: true } : {}) } : {}),
   };
 }

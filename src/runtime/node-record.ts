@@ -1,6 +1,6 @@
 // What the controller remembers about a shim on a node: read from and written to the node's
 // labels and annotations (ShimNodeLabels), folded forward with finished installer Jobs. Pure.
-import { FailureRecord, InstalledEntry, JobView, NodeRecord, NodeView } from './types';
+import { FailureRecord, InstalledEntry, JobView, NodeRecord, NodeView, RecordPatch } from './types';
 import { ShimNodeLabels } from '../shared/node-labels';
 
 /** The keys of one Shim's labels and annotations. */
@@ -168,4 +168,16 @@ export function nodePatch(node: NodeView, keys: RecordKeys, rendered: RenderedRe
   set(patch.annotations, annotations, keys.installed, rendered.installed);
   set(patch.annotations, annotations, keys.failure, rendered.failure);
   return patch;
+}
+
+/**
+ * The whole rendered record as a merge patch of the node (every key of the Shim's record,
+ * null where absent): what a writer that does not know the node's current labels writes (the
+ * node agent, with the outcome of a request).
+ */
+export function wholeRecordPatch(keys: RecordKeys, rendered: RenderedRecord): RecordPatch {
+  return {
+    labels: { [keys.handler]: rendered.handler ?? null, [keys.state]: rendered.state ?? null },
+    annotations: { [keys.installed]: rendered.installed ?? null, [keys.failure]: rendered.failure ?? null },
+  };
 }

@@ -10,11 +10,11 @@
 // running Jobs and the spec, on every pass (level-triggered).
 import * as crypto from 'crypto';
 import { judgeJobs, NO_WRITES, ObservedJob, OwnWrites, SettledWrites } from './job-judgement';
-import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation } from './node-record';
+import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation, wholeRecordPatch } from './node-record';
 import { planRuntimeClass } from './runtime-class';
 import {
   Action, Condition, FailedNode, FailureRecord, NO_INSTALLER_REPORT, JobRequest, JobView, NodeArtifact, NodeRecord, NodeView, Operation, Plan,
-  RetryPolicy, RuntimeClassView,
+  RecordPatch, RetryPolicy, RuntimeClassView,
   ShimObject, ShimSpec, ShimStatus,
 } from './types';
 import { HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS } from '../shared/agent-protocol';
@@ -279,6 +279,9 @@ interface Candidate {
    */
   readonly joins: boolean;
   readonly supersedes: readonly JobView[];
+  /** The node's record as this pass leaves it, and whether the node is meant to serve (for JobRequest.recordOnSuccess). */
+  readonly record: NodeRecord;
+  readonly serving: boolean;
 }
 
 /** What one pass found, for the status. */
@@ -478,7 +481,7 @@ export function plan(input: PlanInput): Plan {
       continue;
     }
     const joins = (others.get(node.name) ?? NO_JOBS).some(j => j.phase === 'running');
-    candidates.push({ node, step, attempt, retry: relevant, joins, supersedes: kept });
+    candidates.push({ node, step, attempt, retry: relevant, joins, supersedes: kept, record, serving });
   }
 
   const ownJobs = [...own.values()].flat();
@@ -510,7 +513,8 @@ export function plan(input: PlanInput): Plan {
     if (!exempt) budget--;
     tally.inFlight++;
     for (const job of c.supersedes) actions.push({ kind: 'deleteJob', name: job.name });
-    actions.push({ kind: 'createJob', job: jobRequest(shim, c, retryToken, now) });
+    const job = jobRequest(shim, c, retryToken, now);
+    actions.push({ kind: 'createJob', job: input.installMode === 'agent' ? { ...job, recordOnSuccess: recordOnSuccess(job, c, keys, retryToken, now, policy) } : job });
   }
 
   tally.remaining = traced;
@@ -562,6 +566,32 @@ function jobRequest(shim: ShimObject, c: Candidate, retryToken: string | undefin
   };
 }
 
+/**
+ * Install mode NodeAgent: the record this planner would write on seeing the request succeed
+ * (fold, then render, as a pass does), for the agent to write with its outcome. A pass that
+ * then sees the success finds the record in place and writes nothing; one that would render
+ * it otherwise by then (the Shim or the node changed meanwhile) writes the difference, as
+ * always. A gate the agent sets this way names a handler it has just installed: I1 holds.
+ */
+function recordOnSuccess(job: JobRequest, c: Candidate, keys: RecordKeys, retryToken: string | undefined, now: string,
+  policy: RetryPolicy): RecordPatch {
+  const success: JobView = {
+    name: job.name,
+    shimUid: '',
+    node: job.node,
+    operation: job.operation,
+    handler: job.handler,
+    revision: job.revision,
+    ...(job.artifact?.sha256 ? { sha256: job.artifact.sha256 } : {}),
+    attempt: job.attempt,
+    phase: 'succeeded',
+    started: true,
+    finishedAt: now,
+  };
+  const after = fold(c.record, [success], { bootID: c.node.bootID, retryToken, now });
+  return wholeRecordPatch(keys, renderRecord(after, { serving: c.serving, bootID: c.node.bootID, failureThreshold: policy.failureThreshold }));
+}
+
 function invalidEvent(previous: ShimStatus | undefined, invalid: string): Action[] {
   const known = previous?.conditions?.some(c => c.type === 'Degraded' && c.reason === 'InvalidShim' && c.message === invalid);
   return known ? [] : [{ kind: 'event', type: 'Warning', reason: 'InvalidShim', message: invalid }];
@@ -575,6 +605,8 @@ interface Result {
 
 function newResults(node: NodeView, finished: readonly JobView[], before: NodeRecord): Result[] {
   return finished.filter(job => {
+    // The agent recorded it with its outcome: the record holds it already, whether seen or not.
+    if (job.phase === 'succeeded' && job.recordedByAgent) return !job.announced;
     if (job.phase === 'failed') return !(before.failure && isFailureOf(before.failure, job));
     const had = before.installed.find(e => e.handler === job.handler);
     if (job.operation === 'uninstall') return had !== undefined;

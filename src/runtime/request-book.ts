@@ -18,6 +18,11 @@ interface Entry {
   readonly name: string;
   /** The resourceVersion of the node write that recorded its outcome: hidden once the node shows it. */
   readonly recordedAt?: string;
+  /**
+   * Found at start with the agent's outcome recorded by the agent already: an earlier
+   * controller announced it (its Event, the installs metric), so this one does not again.
+   */
+  readonly announced?: boolean;
 }
 
 interface NodeRequests {
@@ -57,6 +62,25 @@ export class RequestBook {
       }
     }
     return out;
+  }
+
+  /**
+   * At start, before the first pass: the requests found in the ConfigMaps whose outcome the
+   * agent has already recorded (`finished(node, shim, name)`) were announced by an earlier
+   * controller. One that finishes later is announced by this one.
+   */
+  announceFinished(finished: (node: string, shim: string, name: string) => boolean): void {
+    for (const [node, entry] of this.nodes) {
+      for (const [shim, request] of entry.shown) {
+        if (finished(node, shim, request.name)) entry.shown.set(shim, { ...request, announced: true });
+      }
+    }
+  }
+
+  /** The request `name` of `shim` on the node was announced already (announceFinished). */
+  announced(node: string, shim: string, name: string): boolean {
+    const request = this.nodes.get(node)?.shown.get(shim);
+    return request?.name === name && request.announced === true;
   }
 
   /** The name of `shim`'s request on the node (shown or stale), if any. */

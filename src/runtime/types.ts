@@ -79,6 +79,14 @@ export interface JobView {
   readonly finishedAt?: string;
   /** The installer's result (from the pod's termination message). */
   readonly result?: { reason?: string; message?: string; outcome?: string };
+  /**
+   * Install mode NodeAgent: the agent wrote the node record after this success with its
+   * outcome (JobRequest.recordOnSuccess), so the record already holds it; `announced` then
+   * says whether its result was announced (an Event, the installs metric) already.
+   */
+  readonly recordedByAgent?: boolean;
+  /** A success the agent recorded that was announced already (see recordedByAgent). */
+  readonly announced?: boolean;
 }
 
 /** What the controller recorded as installed on a node (the `installed` annotation). */
@@ -173,6 +181,19 @@ export interface JobRequest {
   readonly attempt: number;
   readonly batch: string;
   readonly artifact?: NodeArtifact;
+  /**
+   * Install mode NodeAgent: the node record after this operation succeeds (the Shim's gate and
+   * state labels, its installed and failure annotations; null: absent), as the planner would
+   * write it on seeing the success. The agent writes it with its outcome, in one write: the
+   * controller's own write of the record, and the watch event that write is, are saved.
+   */
+  readonly recordOnSuccess?: RecordPatch;
+}
+
+/** A Shim's record on a node, as a merge patch of the node's labels and annotations (null removes). */
+export interface RecordPatch {
+  readonly labels: Readonly<Record<string, string | null>>;
+  readonly annotations: Readonly<Record<string, string | null>>;
 }
 
 export type Action =

@@ -40,6 +40,18 @@ export interface AdmittedRequest {
    * Absent from controllers before it was added: the agent then waits its default.
    */
   readonly passIntervalMs?: number;
+  /**
+   * The Shim's record on the node once this operation succeeded, as the controller would write
+   * it then (a merge patch of the Shim's gate and state labels and its installed and failure
+   * annotations; null removes): the agent writes it with the outcome, in the same write, and
+   * says so (AgentResult.recorded). The controller then has no write of its own to make, nor
+   * its watch event to read. Absent from controllers before it was added: the agent then
+   * writes the outcome only, and the controller the record.
+   */
+  readonly onSuccess?: {
+    readonly labels: Readonly<Record<string, string | null>>;
+    readonly annotations: Readonly<Record<string, string | null>>;
+  };
   readonly request: InstallerRequest;
 }
 
@@ -59,6 +71,38 @@ export interface AgentResult {
   readonly finishedAt?: string;
   /** The installer's outcome, reason and message, as a Job's termination message gives them. */
   readonly result?: { readonly outcome?: string; readonly reason?: string; readonly message?: string; readonly exitCode?: number };
+  /** A success written with the request's `onSuccess` record, in the same write. */
+  readonly recorded?: boolean;
+}
+
+/**
+ * The part of a request's `onSuccess` record that an agent writes: the labels and annotations
+ * of that Shim's record only (its gate, state, installed and failure keys). Anything else in it
+ * (a request from a controller with another idea of the record, or a damaged one) is left out:
+ * an agent writes no other Shim's record nor any other key of its node. Undefined: nothing.
+ */
+export function ownRecordOf(shim: string, onSuccess: AdmittedRequest['onSuccess']): AdmittedRequest['onSuccess'] {
+  if (!onSuccess) return undefined;
+  let keys: { labels: string[]; annotations: string[] };
+  try {
+    keys = {
+      labels: [ShimNodeLabels.handlerKey(shim), ShimNodeLabels.stateKey(shim)],
+      annotations: [ShimNodeLabels.installedKey(shim), ShimNodeLabels.failureKey(shim)],
+    };
+  } catch {
+    return undefined; // not a Shim's name
+  }
+  const pick = (from: Readonly<Record<string, string | null>> | undefined, allowed: string[]) => {
+    const out: Record<string, string | null> = {};
+    for (const key of allowed) {
+      const value = from?.[key];
+      if (value === null || typeof value === 'string') out[key] = value;
+    }
+    return out;
+  };
+  const labels = pick(onSuccess.labels, keys.labels);
+  const annotations = pick(onSuccess.annotations, keys.annotations);
+  return Object.keys(labels).length + Object.keys(annotations).length > 0 ? { labels, annotations } : undefined;
 }
 
 /**

@@ -1004,3 +1004,92 @@ describe('a node that reports its runtime handlers (status.runtimeHandlers, Kube
     expect(status).toMatchObject({ nodesRetrying: 1, nodesReady: 0 });
   });
 });
+
+describe('install mode NodeAgent: the agent writes the record of a success with its outcome', () => {
+  /** The node after a merge patch of its labels and annotations. */
+  const patched = (n: NodeView, patch: { labels: Record<string, string | null>; annotations: Record<string, string | null> }): NodeView => {
+    const merge = (into: Record<string, string>, p: Record<string, string | null>) => {
+      const out = { ...into };
+      for (const [k, v] of Object.entries(p)) if (v === null) delete out[k]; else out[k] = v;
+      return out;
+    };
+    return { ...n, labels: merge(n.labels, patch.labels), annotations: merge(n.annotations, patch.annotations) };
+  };
+  /** A node as the agent-mode views show it: no boot ID. */
+  const agentNode = (name: string, labels: Record<string, string> = {}, annotations: Record<string, string> = {}) =>
+    node(name, labels, annotations, { bootID: undefined });
+  const agentInstalled = (name: string, s: ShimObject, revision = rev(s)) => agentNode(name,
+    { [KEYS.handler]: s.spec.runtimeClass.handler, [KEYS.state]: 'provisioned' },
+    { [KEYS.installed]: JSON.stringify([{ handler: s.spec.runtimeClass.handler, revision }]) });
+  const failure = (s: ShimObject, attempt: number) => JSON.stringify({ operation: 'install', handler: 'spin', revision: rev(s), attempt, reason: 'DownloadFailed', message: 'x', at: '2026-01-01T00:00:00Z' });
+
+  test.each<[string, ShimObject, NodeView, string]>([
+    ['a first install', shim(), agentNode('a'), 'a:install:spin'],
+    ['an upgrade (the gate stays while it runs)', shim({ runtimeOptions: { x: '1' } }), agentInstalled('a', shim()), 'a:install:spin'],
+    ['a retry after a failure (the success ends it)', shim(), agentNode('a', { [KEYS.state]: 'retrying' }, { [KEYS.failure]: failure(shim(), 1) }), 'a:install:spin'],
+    ['an uninstall of a deselected node (gate gone first)', shim({ nodeSelector: { pool: 'wasm' } }), agentInstalled('a', shim({ nodeSelector: { pool: 'wasm' } })), 'a:uninstall:spin'],
+    ['an uninstall of a Shim being deleted', shim({}, { deletionTimestamp: NOW }), agentInstalled('a', shim()), 'a:uninstall:spin'],
+  ])('%s: the request carries the record the controller would write on its success, and then writes nothing', (_what, s, start, expected) => {
+    // GIVEN a node, as the agent-mode pass leaves it (the gate of a node that stops serving goes first)
+    let n = start;
+    let first = run({ shim: s, nodes: [n], installMode: 'agent' });
+    const gateFirst = kinds(first.actions, 'writeNode')[0];
+    if (gateFirst) {
+      n = patched(n, gateFirst);
+      first = run({ shim: s, nodes: [n], installMode: 'agent' });
+    }
+    // WHEN a request is admitted
+    const [admit] = kinds(first.actions, 'createJob');
+    expect(`${admit.job.node}:${admit.job.operation}:${admit.job.handler}`).toBe(expected);
+    const record = admit.job.recordOnSuccess!;
+    // THEN it names every key of the Shim's record on the node, and nothing else
+    expect(Object.keys(record.labels).sort()).toEqual([KEYS.handler, KEYS.state].sort());
+    expect(Object.keys(record.annotations).sort()).toEqual([KEYS.failure, KEYS.installed].sort());
+    // AND once the agent wrote it with its success, the next pass finds the record as it would
+    // have written it: no node write, one Installed (Uninstalled) event, and the node counted
+    const more = { name: admit.job.name, revision: admit.job.revision, attempt: admit.job.attempt };
+    const done: JobView = { ...job('a', s, 'succeeded', admit.job.operation, more), recordedByAgent: true };
+    const after = run({ shim: s, nodes: [patched(n, record)], jobs: [done], installMode: 'agent' });
+    expect(kinds(after.actions, 'writeNode')).toEqual([]);
+    expect(kinds(after.actions, 'event').map(e => e.reason)).toEqual([admit.job.operation === 'install' ? 'Installed' : 'Uninstalled']);
+    expect(kinds(after.actions, 'createJob')).toEqual([]);
+    if (admit.job.operation === 'install') {
+      expect(after.status.nodesReady).toBe(1);
+      expect(patched(n, record).labels[KEYS.handler]).toBe('spin');
+    } else {
+      expect(patched(n, record).labels[KEYS.handler]).toBeUndefined();
+      expect(readRecord(patched(n, record), KEYS)).toEqual({ installed: [] });
+    }
+    // AND a success an earlier controller announced is not announced again (a restart)
+    expect(kinds(run({ shim: s, nodes: [patched(n, record)], jobs: [{ ...done, announced: true }], installMode: 'agent' }).actions, 'event')).toEqual([]);
+  });
+
+  test('a success the agent did not record (an older agent) is recorded by the controller, as before', () => {
+    const s = shim();
+    const [admit] = kinds(run({ shim: s, nodes: [agentNode('a')], installMode: 'agent' }).actions, 'createJob');
+    const done = job('a', s, 'succeeded', 'install', { name: admit.job.name });
+    const { actions } = run({ shim: s, nodes: [agentNode('a')], jobs: [done], installMode: 'agent' });
+    expect(kinds(actions, 'writeNode')).toEqual([{ kind: 'writeNode', node: 'a', ...admit.job.recordOnSuccess }].map(w => ({
+      ...w, labels: { [KEYS.handler]: 'spin', [KEYS.state]: 'provisioned' }, annotations: { [KEYS.installed]: expect.any(String) },
+    })));
+    expect(kinds(actions, 'event').map(e => e.reason)).toEqual(['Installed']);
+  });
+
+  test('a record that no longer fits when the success arrives (the Shim was deleted meanwhile) is corrected by the controller: the gate goes', () => {
+    // GIVEN a request admitted while the Shim served, and the agent's record of its success
+    const s = shim();
+    const [admit] = kinds(run({ shim: s, nodes: [agentNode('a')], installMode: 'agent' }).actions, 'createJob');
+    const n = patched(agentNode('a'), admit.job.recordOnSuccess!);
+    // WHEN the Shim is being deleted by the time the success is seen
+    const deleting = shim({}, { deletionTimestamp: NOW });
+    const done: JobView = { ...job('a', s, 'succeeded', 'install', { name: admit.job.name }), recordedByAgent: true };
+    const { actions } = run({ shim: deleting, nodes: [n], jobs: [done], installMode: 'agent' });
+    // THEN the controller takes the gate away (the handler was installed: I1 held meanwhile)
+    expect(kinds(actions, 'writeNode')[0]).toMatchObject({ labels: { [KEYS.handler]: null, [KEYS.state]: 'uninstalling' } });
+  });
+
+  test('install mode Jobs: a Job carries no record (the controller writes it on the Job\'s success)', () => {
+    const [admit] = kinds(run({ shim: shim(), nodes: [node('a')] }).actions, 'createJob');
+    expect(admit.job.recordOnSuccess).toBeUndefined();
+  });
+});

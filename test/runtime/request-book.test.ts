@@ -95,3 +95,21 @@ test('the node views carry the book\'s requests as annotations, and drop request
   views.requestsChanged('n1');
   expect(views.get('n1')!.annotations[requestKey('spin')]).toBeUndefined();
 });
+
+describe('successes the agents recorded before this controller started', () => {
+  test('are taken as announced; a request that finishes later, or one this controller writes, is not', () => {
+    // GIVEN requests found at start on two nodes, one finished and recorded by its agent
+    const book = new RequestBook();
+    book.seed('n1', { spin: request('r1') });
+    book.seed('n2', { spin: request('r2') });
+    // WHEN the controller, before its first pass, marks those the agents had recorded
+    book.announceFinished((node, shim, name) => node === 'n1' && shim === 'spin' && name === 'r1');
+    // THEN only that one counts as announced
+    expect(book.announced('n1', 'spin', 'r1')).toBe(true);
+    expect(book.announced('n2', 'spin', 'r2')).toBe(false);
+    expect(book.announced('n1', 'spin', 'another')).toBe(false);
+    // AND a request written later under the Shim's key is a new one
+    book.written('n1', { spin: request('r3') });
+    expect(book.announced('n1', 'spin', 'r3')).toBe(false);
+  });
+});
