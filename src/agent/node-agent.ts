@@ -303,7 +303,8 @@ export class NodeAgent {
     }
     const startedAt = new Date().toISOString();
     const report = (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: AdmittedRequest['onSuccess']) =>
-      this.report(shim, { name: admitted.name, admittedAt: admitted.createdAt, startedAt, ...r, ...(record ? { recorded: true } : {}) }, record);
+      this.report(shim, { name: admitted.name, admittedAt: admitted.createdAt, startedAt, ...r, ...(record ? { recorded: true } : {}) }, record,
+        () => this.stillRequested(shim, admitted));
     this.log.info(`${admitted.operation} of ${admitted.handler} admitted`, { shim, request: admitted.name, attempt: admitted.attempt });
     // `running` only for a run that takes a while: most end sooner (written in order: the
     // outcome waits for this write).
@@ -323,6 +324,7 @@ export class NodeAgent {
       await report(r, record);
     };
     try {
+      if (admitted.operation === 'uninstall') await this.noGateFor(shim, admitted.handler);
       const result = await this.runInstaller(shim, admitted);
       if (admitted.operation === 'install' && !(await this.listedByKubelet(admitted.handler, () => this.stillRequested(shim, admitted)))) {
         // Stopping: the next agent runs the request again (the install is then `unchanged`) and waits for the kubelet itself.
@@ -369,6 +371,23 @@ export class NodeAgent {
     }
   }
 
+  /**
+   * A gate naming the handler an uninstall is about to remove goes first. The controller takes
+   * it away before it admits the uninstall, so this writes nothing but where a late write put
+   * it back (the outcome of an earlier request, written as the controller withdrew it): the
+   * RuntimeClass must not select the node while its handler goes (I1).
+   */
+  private async noGateFor(shim: string, handler: string): Promise<void> {
+    const key = ShimNodeLabels.handlerKey(shim);
+    if (this.node?.labels[key] !== handler) return;
+    this.log.warn('the gate of a handler being uninstalled is still up: it goes first', { shim, handler });
+    try {
+      await this.kube.mergePatch(this.nodePath, { metadata: { labels: { [key]: null } } });
+    } catch (e) {
+      if (!isNotFound(e)) throw e;
+    }
+  }
+
   /** The installer, in this process, with the request's flags and the agent's own (which win). */
   private runInstaller(shim: string, admitted: AdmittedRequest): Promise<InstallResult> {
     const request = admitted.request;
@@ -385,17 +404,20 @@ export class NodeAgent {
 
   /**
    * The record a success writes with its outcome (the request's `onSuccess`): that Shim's keys
-   * only (ownRecordOf), and a gate only where it names the handler just installed or the gate
-   * the node has already: the agent never opens the RuntimeClass to a handler it has not
-   * checked (I1). A gate that does not pass leaves the whole record to the controller.
+   * only (ownRecordOf), and a gate only where it names the handler this request has just
+   * installed and checked: the agent never opens the RuntimeClass to anything else (I1). A
+   * record that does not pass is left whole to the controller, which writes it on seeing the
+   * outcome (as for a failure, or an agent from before onSuccess).
    */
   private recordAfter(shim: string, admitted: AdmittedRequest): AdmittedRequest['onSuccess'] {
     const record = ownRecordOf(shim, admitted.onSuccess);
     if (!record) return undefined;
-    const gateKey = ShimNodeLabels.handlerKey(shim);
-    const gate = record.labels[gateKey];
-    const installedHere = admitted.operation === 'install' && gate === admitted.handler;
-    if (gate !== undefined && gate !== null && !installedHere && gate !== this.node?.labels[gateKey]) {
+    const gate = record.labels[ShimNodeLabels.handlerKey(shim)];
+    const installedHere = admitted.operation === 'install' && gate === admitted.handler && admitted.request.handler === admitted.handler;
+    // Not even the gate the node has now: a drift check may take it away while this request
+    // runs (the uninstall of a Shim's older handler keeps the newer one's gate), and writing
+    // it back would open the RuntimeClass to a handler found broken.
+    if (gate !== undefined && gate !== null && !installedHere) {
       this.log.warn('the record of this success names a gate this agent did not check; the controller writes it', { shim, request: admitted.name, gate });
       return undefined;
     }
@@ -408,7 +430,7 @@ export class NodeAgent {
    * is not lost for good: the request still shows no outcome, the controller fails it after its
    * deadline (NodeAgentDidNotAnswer) and admits it again (an installed handler is then `unchanged`).
    */
-  private async report(shim: string, result: AgentResult, record?: AdmittedRequest['onSuccess']): Promise<void> {
+  private async report(shim: string, result: AgentResult, record: AdmittedRequest['onSuccess'] | undefined, stillWanted: () => boolean): Promise<void> {
     const patch = {
       metadata: {
         ...(record ? { labels: record.labels } : {}),
@@ -416,6 +438,13 @@ export class NodeAgent {
       },
     };
     for (let attempt = 1; ; attempt++) {
+      // An outcome (and the gate it may carry) of a request the controller withdrew meanwhile
+      // is not written, however late: the controller may have taken the gate away and admitted
+      // an uninstall since.
+      if (result.phase !== 'running' && !stillWanted()) {
+        this.log.info('the request was withdrawn before its outcome was written: it is not', { shim, request: result.name, phase: result.phase });
+        return;
+      }
       try {
         await this.kube.mergePatch(this.nodePath, patch);
         return;

@@ -427,8 +427,9 @@ export function plan(input: PlanInput): Plan {
     for (const job of finished) {
       if (job.phase === 'failed' && !keep(job)) actions.push({ kind: 'deleteJob', name: job.name });
       // Succeeded Jobs go in one request per batch (below), after the records that hold their
-      // results; one from before batches existed goes by its name.
-      if (job.phase === 'succeeded' && (!job.batch || job.reportedSuccess)) actions.push({ kind: 'deleteJob', name: job.name });
+      // results; one from before batches existed goes by its name, and so does a request whose
+      // agent wrote the record with it (recorded already: its result is announced once, now).
+      if (job.phase === 'succeeded' && (!job.batch || job.reportedSuccess || job.recordedByAgent)) actions.push({ kind: 'deleteJob', name: job.name });
     }
 
     if (record.installed.length > 0 || running.length > 0) traced++;
@@ -486,7 +487,8 @@ export function plan(input: PlanInput): Plan {
 
   const ownJobs = [...own.values()].flat();
   const open = new Set(ownJobs.filter(j => j.phase === 'running').map(j => j.batch));
-  const batches = [...new Set(ownJobs.filter(j => j.phase === 'succeeded' && j.batch && !open.has(j.batch) && nodeNames.has(j.node)).map(j => j.batch!))];
+  const batches = [...new Set(ownJobs.filter(j => j.phase === 'succeeded' && !j.recordedByAgent && j.batch && !open.has(j.batch) && nodeNames.has(j.node))
+    .map(j => j.batch!))];
   if (batches.length > 0) actions.push({ kind: 'deleteSucceededJobs', batches: batches.sort() });
   actions.push(...aggregateEvents(results));
 

@@ -134,3 +134,33 @@ test('a failure writes no record, and a request without one (an older controller
     await a.stop();
   }
 });
+
+test('an uninstall whose handler the node\'s gate still names (a late write put it back) takes the gate away first', async () => {
+  const a = await agentOn();
+  try {
+    // GIVEN the handler installed, its gate up
+    a.admit(RECORD);
+    await a.ended();
+    expect(a.node.node.metadata.labels[KEYS.gate]).toBe(HANDLER);
+    // WHEN an uninstall of it is admitted while the gate is still up (the controller takes it
+    // away first; here a late write of an earlier outcome put it back)
+    const uninstall: Partial<AdmittedRequest> = {
+      name: `${SHIM}-uninstall-1`, operation: 'uninstall', createdAt: new Date().toISOString(), request: { command: 'uninstall', handler: HANDLER } as AdmittedRequest['request'],
+    };
+    const gone = { labels: { [KEYS.gate]: null, [KEYS.state]: null }, annotations: { [KEYS.installed]: null, [KEYS.failure]: null } };
+    const before = a.node.patches.length;
+    a.admit(gone, uninstall);
+    await eventually(async () => a.result()?.name === uninstall.name && a.result()?.phase === 'succeeded', 60_000, () => JSON.stringify(a.node.node.metadata));
+    // THEN the gate went in a write of its own, before the outcome
+    const writes = a.node.patches.slice(before);
+    const gateDropped = writes.findIndex(p => p.metadata?.labels?.[KEYS.gate] === null && p.metadata?.annotations === undefined);
+    const outcome = writes.findIndex(p => p.metadata?.annotations?.[resultKey(SHIM)] !== undefined);
+    expect(gateDropped).toBeGreaterThanOrEqual(0);
+    expect(gateDropped).toBeLessThan(outcome);
+    // AND the outcome carried the record without the handler
+    expect(a.result()).toMatchObject({ phase: 'succeeded', recorded: true });
+    expect(a.node.node.metadata.annotations[KEYS.installed]).toBeUndefined();
+  } finally {
+    await a.stop();
+  }
+});

@@ -1064,6 +1064,24 @@ describe('install mode NodeAgent: the agent writes the record of a success with 
     expect(kinds(run({ shim: s, nodes: [patched(n, record)], jobs: [{ ...done, announced: true }], installMode: 'agent' }).actions, 'event')).toEqual([]);
   });
 
+  test('a success is announced once, and leaves the view at once, while others of its batch still run', () => {
+    // GIVEN two nodes admitted in one batch (recreate)
+    const s = shim({ rolloutStrategy: { type: 'recreate' } });
+    const admitted = kinds(run({ shim: s, nodes: [agentNode('a'), agentNode('b')], installMode: 'agent' }).actions, 'createJob');
+    expect(admitted.map(a => a.job.node)).toEqual(['a', 'b']);
+    const [onA, onB] = admitted.map(a => a.job);
+    // WHEN a's agent wrote its success with the record, and b's request still runs
+    const doneA: JobView = { ...job('a', s, 'succeeded', 'install', { name: onA.name, batch: onA.batch }), recordedByAgent: true };
+    const runningB = job('b', s, 'running', 'install', { name: onB.name, batch: onB.batch });
+    const nodes = [patched(agentNode('a'), onA.recordOnSuccess!), agentNode('b')];
+    const { actions } = run({ shim: s, nodes, jobs: [doneA, runningB], installMode: 'agent' });
+    // THEN a's success is announced, and its request goes by name (not with its batch, which is open)
+    expect(kinds(actions, 'event').map(e => `${e.reason} ${e.count}`)).toEqual(['Installed 1']);
+    expect(kinds(actions, 'deleteJob').map(d => d.name)).toEqual([onA.name]);
+    expect(kinds(actions, 'deleteSucceededJobs')).toEqual([]);
+    expect(kinds(actions, 'writeNode')).toEqual([]);
+  });
+
   test('a success the agent did not record (an older agent) is recorded by the controller, as before', () => {
     const s = shim();
     const [admit] = kinds(run({ shim: s, nodes: [agentNode('a')], installMode: 'agent' }).actions, 'createJob');
