@@ -220,15 +220,30 @@ function parse<T>(text: string | undefined, valid: (value: any) => boolean): T |
   }
 }
 
-export function parseRequest(text: string | undefined): AdmittedRequest | undefined {
-  return parse<AdmittedRequest>(text, v => v && typeof v.name === 'string' && typeof v.shimUid === 'string'
-    && (v.operation === 'install' || v.operation === 'uninstall') && typeof v.handler === 'string' && typeof v.attempt === 'number'
-    && v.request && typeof v.request.handler === 'string');
+/**
+ * Parsed values by their text: every pass of the controller reads every request and result of
+ * the fleet's nodes that have one under way (a rollout's batch, not the fleet), and most are
+ * the texts it read the pass before. The values are never mutated. Bounded: cleared when full.
+ */
+function memoized<T>(read: (text: string) => T | undefined, max = 5_000): (text: string | undefined) => T | undefined {
+  const known = new Map<string, T | undefined>();
+  return text => {
+    if (text === undefined) return undefined;
+    if (known.has(text)) return known.get(text);
+    const value = read(text);
+    if (known.size >= max) known.clear();
+    known.set(text, value);
+    return value;
+  };
 }
 
-export function parseResult(text: string | undefined): AgentResult | undefined {
-  return parse<AgentResult>(text, v => v && typeof v.name === 'string' && ['running', 'succeeded', 'failed'].includes(v.phase));
-}
+export const parseRequest: (text: string | undefined) => AdmittedRequest | undefined = memoized(text => parse<AdmittedRequest>(text,
+  v => v && typeof v.name === 'string' && typeof v.shimUid === 'string'
+    && (v.operation === 'install' || v.operation === 'uninstall') && typeof v.handler === 'string' && typeof v.attempt === 'number'
+    && v.request && typeof v.request.handler === 'string'));
+
+export const parseResult: (text: string | undefined) => AgentResult | undefined = memoized(text => parse<AgentResult>(text,
+  v => v && typeof v.name === 'string' && ['running', 'succeeded', 'failed'].includes(v.phase)));
 
 /** Every request on a node (by its annotations), with the agent's result for it when there is one. */
 export function requestsOn(annotations: Readonly<Record<string, string>>): { shim: string; admitted: AdmittedRequest; result?: AgentResult }[] {

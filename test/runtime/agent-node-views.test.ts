@@ -79,3 +79,35 @@ test('a pod that moves to another node (a name reused) makes the first node not 
   expect(views.get('n2')!.ready).toBe(true);
   expect(views.list().map(n => n.name).sort()).toEqual(['n1', 'n2']);
 });
+
+describe('node events that change neither labels nor annotations (the kubelet\'s status updates)', () => {
+  test('leave the view as it is and report no change; a label that changes, or a recorded request the node now shows, does', () => {
+    // GIVEN a node with a Ready agent
+    const { views, changes } = bed();
+    views.putNode({ ...meta('n1', { a: '1' }), uid: 'u1', resourceVersion: '10' });
+    views.putAgent(pod('a1', 'n1'));
+    const view = views.get('n1');
+    changes.length = 0;
+    // WHEN a status update arrives (a new resourceVersion, the same metadata, decoded anew)
+    views.putNode({ ...meta('n1', { a: '1' }), uid: 'u1', resourceVersion: '11' });
+    // THEN nothing is reported and the view is the same object
+    expect(changes).toEqual([]);
+    expect(views.get('n1')).toBe(view);
+    // WHEN a label changes
+    views.putNode({ ...meta('n1', { a: '2' }), uid: 'u1', resourceVersion: '12' });
+    // THEN it is reported
+    expect(changes.map(([, after]) => after?.labels.a)).toEqual(['2']);
+    // WHEN the node is replaced by another of its name (a new uid), with the same labels
+    views.putNode({ ...meta('n1', { a: '2' }), uid: 'u2', resourceVersion: '13' });
+    expect(changes).toHaveLength(2);
+    // AND a request recorded by the write of version 20 leaves the view when the node shows 20,
+    // even by an event that changes nothing else
+    views.requests.written('n1', { spin: JSON.stringify({ name: 'r1' }) });
+    views.requestsChanged('n1');
+    views.requests.recorded('n1', 'spin', 'r1', '20');
+    const shown = () => Object.keys(views.get('n1')!.annotations).filter(k => k.endsWith('/request'));
+    expect(shown()).toHaveLength(1);
+    views.putNode({ ...meta('n1', { a: '2' }), uid: 'u2', resourceVersion: '20' });
+    expect(shown()).toEqual([]);
+  });
+});
