@@ -56,7 +56,8 @@ export class AgentNodeViews {
     // Most node events change neither labels nor annotations (the kubelet's status updates,
     // half of what a rollout over 5,000 nodes reads): the view stays as it is, and no Shim is
     // asked whether the change concerns it.
-    const unchanged = before !== undefined && before.uid === node.uid && sameEntries(before.labels, node.labels) && sameEntries(before.annotations, node.annotations);
+    const unchanged = before !== undefined && before.uid === node.uid
+      && sameEntries(before.labels, node.labels) && sameEntries(before.annotations, node.annotations);
     this.metadata.set(node.name, unchanged ? { ...node, labels: before.labels, annotations: before.annotations } : node);
     const recorded = this.requests.nodeAt(node.name, node.resourceVersion);
     if (!unchanged || recorded) this.refresh(node.name);
