@@ -270,6 +270,8 @@ export async function diagnostics(): Promise<string> {
     name: `${p.metadata.namespace}/${p.metadata.name}`,
     node: p.spec.nodeName,
     phase: p.status?.phase,
+    // A pod the kubelet refused (its admission: NodeAffinity, OutOf...) has a reason and no container state.
+    ...(p.status?.reason ? { reason: p.status.reason, message: p.status.message } : {}),
     state: (p.status?.containerStatuses ?? []).map((c: any) => c.state),
   })));
   const nodes = await safe(async () => (await api.get('/api/v1/nodes')).items.map((n: any) => ({
