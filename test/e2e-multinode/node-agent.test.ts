@@ -178,19 +178,31 @@ async function streamPods(tag: string, node: string, busy: () => Promise<boolean
   return names;
 }
 
-/** Every streamed pod ran to its end, and no pod anywhere was refused for a missing runtime. */
+/**
+ * Every streamed pod ran to its end, or was refused by its node's kubelet because the gate was
+ * down when it arrived (these pods are pinned by nodeName, past the scheduler: the kubelet checks
+ * the RuntimeClass's node selector itself, NodeAffinity, which is the gate doing its job, I1);
+ * and no pod anywhere failed for a missing runtime.
+ */
 async function expectStreamedPodsRan(names: string[]): Promise<void> {
   const restarted: string[] = [];
+  const refused: string[] = [];
   for (const name of names) {
     const done = await podWhen(name, ['Succeeded', 'Failed']);
+    if (done.status.phase === 'Failed' && done.status.reason === 'NodeAffinity' && !done.status.containerStatuses?.length) {
+      refused.push(name);
+      continue;
+    }
     const why = done.status.phase === 'Succeeded' ? {} : { reason: done.status.reason, message: done.status.message, state: done.status.containerStatuses?.[0]?.state };
     expect({ pod: name, phase: done.status.phase, ...why }).toEqual({ pod: name, phase: 'Succeeded' });
     if (done.status.containerStatuses[0].restartCount > 0) restarted.push(name);
   }
-  const refused = (await api.get('/api/v1/namespaces/default/events')).items
+  expect(refused.length).toBeLessThan(names.length);
+  const noRuntime = (await api.get('/api/v1/namespaces/default/events')).items
     .filter((e: any) => /no runtime for/.test(e.message ?? '')).map((e: any) => `${e.involvedObject.name}: ${e.message}`);
-  expect(refused).toEqual([]);
-  process.stdout.write(`  ${names.length} pods streamed, all Succeeded; started again by the kubelet: ${restarted.join(' ') || 'none'}\n`);
+  expect(noRuntime).toEqual([]);
+  process.stdout.write(`  ${names.length} pods streamed, ${names.length - refused.length} Succeeded, refused while the gate was down (NodeAffinity): `
+    + `${refused.join(' ') || 'none'}; started again by the kubelet: ${restarted.join(' ') || 'none'}\n`);
 }
 
 beforeAll(async () => {
