@@ -7,7 +7,7 @@ import { ExitCode, InstallerError } from '../installer/errors';
 import { InstallResult, Installer } from '../installer/install';
 import { InstallerOptions, parseOptions } from '../installer/options';
 import {
-  AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS, ownRecordOf,
+  AdmittedRequest, AgentResult, HANDLER_NOT_REPORTED, handlerNotReportedMessage, KUBELET_REPORT_WAIT_MS, ownRecordOf, RecordPatch,
   requestAnnotationsOf, requestsConfigMapName, requestsOn, resultKey, runtimeHandlersOfStatus, withoutRequests,
 } from '../shared/agent-protocol';
 import { toEnv } from '../shared/installer-contract';
@@ -302,7 +302,7 @@ export class NodeAgent {
       return;
     }
     const startedAt = new Date().toISOString();
-    const report = (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: AdmittedRequest['onSuccess']) =>
+    const report = (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: RecordPatch) =>
       this.report(shim, { name: admitted.name, admittedAt: admitted.createdAt, startedAt, ...r, ...(record ? { recorded: true } : {}) }, record,
         () => this.stillRequested(shim, admitted));
     this.log.info(`${admitted.operation} of ${admitted.handler} admitted`, { shim, request: admitted.name, attempt: admitted.attempt });
@@ -312,15 +312,12 @@ export class NodeAgent {
     const progressTimer = setTimeout(() => {
       progress = report({ phase: 'running' }).catch(e => this.log.warn('could not report a request under way', { request: admitted.name, error: (e as Error).message }));
     }, this.settings.progressReportSeconds * 1000);
-    const outcomeReport = async (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: AdmittedRequest['onSuccess']) => {
+    const outcomeReport = async (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: RecordPatch) => {
       clearTimeout(progressTimer);
       await progress;
       // Withdrawn while it ran: nobody waits for this outcome (the controller admits the
-      // operation again, and an install found in place is `unchanged`).
-      if (!this.stillRequested(shim, admitted)) {
-        this.log.info('the request was withdrawn while it ran: its outcome is not reported', { shim, request: admitted.name, phase: r.phase });
-        return;
-      }
+      // operation again, and an install found in place is `unchanged`); report() checks that
+      // before each attempt of its write.
       await report(r, record);
     };
     try {
@@ -409,7 +406,7 @@ export class NodeAgent {
    * record that does not pass is left whole to the controller, which writes it on seeing the
    * outcome (as for a failure, or an agent from before onSuccess).
    */
-  private recordAfter(shim: string, admitted: AdmittedRequest): AdmittedRequest['onSuccess'] {
+  private recordAfter(shim: string, admitted: AdmittedRequest): RecordPatch | undefined {
     const record = ownRecordOf(shim, admitted.onSuccess);
     if (!record) return undefined;
     const gate = record.labels[ShimNodeLabels.handlerKey(shim)];
@@ -430,7 +427,7 @@ export class NodeAgent {
    * is not lost for good: the request still shows no outcome, the controller fails it after its
    * deadline (NodeAgentDidNotAnswer) and admits it again (an installed handler is then `unchanged`).
    */
-  private async report(shim: string, result: AgentResult, record: AdmittedRequest['onSuccess'] | undefined, stillWanted: () => boolean): Promise<void> {
+  private async report(shim: string, result: AgentResult, record: RecordPatch | undefined, stillWanted: () => boolean): Promise<void> {
     const patch = {
       metadata: {
         ...(record ? { labels: record.labels } : {}),
@@ -442,7 +439,7 @@ export class NodeAgent {
       // is not written, however late: the controller may have taken the gate away and admitted
       // an uninstall since.
       if (result.phase !== 'running' && !stillWanted()) {
-        this.log.info('the request was withdrawn before its outcome was written: it is not', { shim, request: result.name, phase: result.phase });
+        this.log.info('the request was withdrawn: its outcome is not reported', { shim, request: result.name, phase: result.phase });
         return;
       }
       try {

@@ -5,7 +5,7 @@
 import { AGENT_DEADLINE_MS, AGENT_DID_NOT_ANSWER, judgeRequest, ObservedRequest } from './job-judgement';
 import { installerRequest, JobSettings } from './jobs';
 import { JobRequest, JobView, NodeView, ShimObject } from './types';
-import { AdmittedRequest, requestsOn } from '../shared/agent-protocol';
+import { AdmittedRequest, isRecordedSuccess, requestsOn } from '../shared/agent-protocol';
 
 // The deadline is the planner's judgement (job-judgement.ts); its names stay importable from here.
 export { AGENT_DEADLINE_MS, AGENT_DID_NOT_ANSWER };
@@ -18,7 +18,7 @@ export function observeRequests(nodes: readonly NodeView[], announced?: (node: s
   const observed: ObservedRequest[] = [];
   for (const node of nodes) {
     for (const { shim, admitted, result } of requestsOn(node.annotations)) {
-      const told = result?.recorded === true && result.phase === 'succeeded' && announced?.(node.name, shim, admitted.name) === true;
+      const told = isRecordedSuccess(result) && announced?.(node.name, shim, admitted.name) === true;
       observed.push({ kind: 'request', node: node.name, admitted, ...(result ? { reported: result } : {}), ...(told ? { announced: true } : {}) });
     }
   }

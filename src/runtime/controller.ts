@@ -15,7 +15,7 @@ import {
 } from './slim';
 import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from './slim-proto';
 import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
-import { AGENT_POD_SELECTOR, REQUESTS_LABELS, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR, requestsConfigMapName, requestsOn, resultKey } from '../shared/agent-protocol';
+import { AGENT_POD_SELECTOR, REQUESTS_LABELS, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR, isRecordedSuccess, requestsConfigMapName, requestsOn, resultKey } from '../shared/agent-protocol';
 import { isConflictOrExists, isNotFound, Kube, unlessNotFound } from '../shared/kube/kube';
 import { Logger } from '../shared/log';
 
@@ -153,7 +153,7 @@ export class Controller {
     // What the agents recorded before this controller started was announced by the one before.
     views.requests.announceFinished((node, shim, name) => {
       const view = views.get(node);
-      return view !== undefined && requestsOn(view.annotations).some(r => r.shim === shim && r.admitted.name === name && r.result?.recorded === true && r.result.phase === 'succeeded');
+      return view !== undefined && requestsOn(view.annotations).some(r => r.shim === shim && r.admitted.name === name && isRecordedSuccess(r.result));
     });
     return views;
   }

@@ -4,6 +4,7 @@
 // (running, succeeded or failed, and why). Pure: the facts and the pass's `now` in, JobViews
 // out. The adapters (jobs.ts, agent-requests.ts, controller.ts) only gather the facts.
 import { JobRequest, JobView, NO_INSTALLER_REPORT } from './types';
+import { isRecordedSuccess } from '../shared/agent-protocol';
 import type { AdmittedRequest, AgentResult } from '../shared/agent-protocol';
 
 /** How long a failed Job waits for its pod's result (the installer's reason) to arrive. */
@@ -225,6 +226,6 @@ export function judgeRequest({ node, admitted, reported, announced }: ObservedRe
     ...(result?.finishedAt ? { finishedAt: result.finishedAt } : {}),
     ...(phase === 'failed' ? { result: { reason: outcome?.reason ?? NO_INSTALLER_REPORT, message: outcome?.message ?? 'the node agent reported a failure without a reason', outcome: outcome?.outcome } } : {}),
     ...(phase === 'succeeded' && outcome ? { result: { reason: outcome.reason, message: outcome.message, outcome: outcome.outcome } } : {}),
-    ...(phase === 'succeeded' && result?.recorded === true ? { recordedByAgent: true, ...(announced ? { announced: true } : {}) } : {}),
+    ...(isRecordedSuccess(result) ? { recordedByAgent: true, ...(announced ? { announced: true } : {}) } : {}),
   };
 }

@@ -6,6 +6,7 @@ import type {
   ShimSpecRolloutStrategyRollingMaxUpdate,
   ShimSpecRuntimeClassOverheadPodFixed,
 } from '../../imports/runtime.spinkube.dev';
+import type { RecordPatch } from '../shared/agent-protocol';
 
 /**
  * A generated type as it arrives from the API server: int-or-string wrapper classes are plain
@@ -190,11 +191,8 @@ export interface JobRequest {
   readonly recordOnSuccess?: RecordPatch;
 }
 
-/** A Shim's record on a node, as a merge patch of the node's labels and annotations (null removes). */
-export interface RecordPatch {
-  readonly labels: Readonly<Record<string, string | null>>;
-  readonly annotations: Readonly<Record<string, string | null>>;
-}
+/** A Shim's record on a node as a merge patch: what a request carries as `onSuccess` (agent-protocol.ts). */
+export type { RecordPatch } from '../shared/agent-protocol';
 
 export type Action =
   | { kind: 'addFinalizer' }

@@ -48,11 +48,14 @@ export interface AdmittedRequest {
    * its watch event to read. Absent from controllers before it was added: the agent then
    * writes the outcome only, and the controller the record.
    */
-  readonly onSuccess?: {
-    readonly labels: Readonly<Record<string, string | null>>;
-    readonly annotations: Readonly<Record<string, string | null>>;
-  };
+  readonly onSuccess?: RecordPatch;
   readonly request: InstallerRequest;
+}
+
+/** A Shim's record on a node, as a merge patch of the node's labels and annotations (null removes). */
+export interface RecordPatch {
+  readonly labels: Readonly<Record<string, string | null>>;
+  readonly annotations: Readonly<Record<string, string | null>>;
 }
 
 /** What the agent made of a request. */
@@ -75,13 +78,18 @@ export interface AgentResult {
   readonly recorded?: boolean;
 }
 
+/** A success the agent wrote with the request's record (the controller has nothing to write for it). */
+export function isRecordedSuccess(result: AgentResult | undefined): boolean {
+  return result?.phase === 'succeeded' && result.recorded === true;
+}
+
 /**
  * The part of a request's `onSuccess` record that an agent writes: the labels and annotations
  * of that Shim's record only (its gate, state, installed and failure keys). Anything else in it
  * (a request from a controller with another idea of the record, or a damaged one) is left out:
  * an agent writes no other Shim's record nor any other key of its node. Undefined: nothing.
  */
-export function ownRecordOf(shim: string, onSuccess: AdmittedRequest['onSuccess']): AdmittedRequest['onSuccess'] {
+export function ownRecordOf(shim: string, onSuccess: RecordPatch | undefined): RecordPatch | undefined {
   if (!onSuccess) return undefined;
   let keys: { labels: string[]; annotations: string[] };
   try {
