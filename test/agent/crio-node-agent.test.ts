@@ -118,6 +118,12 @@ test('the node agent on a CRI-O node: a request installed in process; status and
     const dropIn = path.join(host.root, DROP_IN);
     const written = fs.readFileSync(dropIn, 'utf8');
     const reinstalled = async (outcome = 'installed') => expect((await install(host)).outcome).toBe(outcome);
+    /** The admin's reload: SIGHUP, which returns before CRI-O has read its files again (as systemd's `ExecReload=kill -HUP` does), so wait for what it serves. */
+    const reloadUntilServed = async (runtimePath: string | undefined) => {
+      host.run(['systemctl', 'reload', 'crio']);
+      await eventually(async () => served(host).crio.runtime.runtimes[HANDLER]?.runtime_path === runtimePath, 10_000,
+        () => `CRI-O does not serve runtime_path ${runtimePath} after the reload: ${JSON.stringify(served(host).crio.runtime.runtimes[HANDLER])}`);
+    };
 
     // Our drop-in deleted: the install writes it again and reloads.
     fs.rmSync(dropIn);
@@ -127,8 +133,7 @@ test('the node agent on a CRI-O node: a request installed in process; status and
 
     // Our drop-in rewritten by someone (our first line kept, another runtime_path): CRI-O serves theirs until the install writes ours again.
     fs.writeFileSync(dropIn, written.replace(binary, '/usr/bin/other-shim'));
-    host.run(['systemctl', 'reload', 'crio']);
-    expect(served(host).crio.runtime.runtimes[HANDLER].runtime_path).toBe('/usr/bin/other-shim');
+    await reloadUntilServed('/usr/bin/other-shim');
     await drift(/\/etc\/crio\/crio.conf.d\/99-rcm-rcmtest.conf does not name .*containerd-shim-rcmtest-v2 \(vm\) for it$/, () => reinstalled());
     expect(served(host).crio.runtime.runtimes[HANDLER].runtime_path).toBe(binary);
 
@@ -144,12 +149,12 @@ test('the node agent on a CRI-O node: a request installed in process; status and
     // A file CRI-O reads after ours defines the handler too (the last one wins): CRI-O serves theirs.
     const later = path.join(host.root, 'etc/crio/crio.conf.d/99-zz-other.conf');
     fs.writeFileSync(later, foreign);
-    host.run(['systemctl', 'reload', 'crio']);
+    await reloadUntilServed('/usr/bin/other-shim');
     expect(served(host).crio.runtime.runtimes[HANDLER]).toEqual({ runtime_type: 'vm', runtime_path: '/usr/bin/other-shim' });
     await drift(/\/etc\/crio\/crio.conf.d\/99-zz-other.conf defines handler rcmtest too and CRI-O reads it after \/etc\/crio\/crio.conf.d\/99-rcm-rcmtest.conf \(the last one wins\)/, async () => {
       await expect(install(host)).rejects.toMatchObject({ reason: 'CrioHandlerRefused', message: expect.stringMatching(/already defined by \/etc\/crio\/crio.conf.d\/99-zz-other.conf/) });
       fs.rmSync(later); // the admin removes theirs
-      host.run(['systemctl', 'reload', 'crio']);
+      await reloadUntilServed(binary);
     });
     expect(served(host).crio.runtime.runtimes[HANDLER].runtime_path).toBe(binary);
 
