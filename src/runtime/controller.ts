@@ -1,6 +1,7 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
+import { isDeepStrictEqual } from 'util';
 import { AgentNodeViews } from './agent-node-views';
 import { admittedRequest, observeRequests } from './agent-requests';
 import { Handlers, Informer } from './informer';
@@ -116,7 +117,7 @@ export class Controller {
     if (this.agentMode) {
       this.nodes = await this.informAgentNodes(onNode);
     } else {
-      this.nodes = await this.inform<NodeView>('/api/v1/nodes', { json: slimNode, protobuf: nodeFromProto }, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
+      this.nodes = await this.inform<NodeView>('/api/v1/nodes', { json: slimNode, protobuf: nodeFromProto, keepsEqual: true }, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
       await this.informJobs(byAnnotation);
     }
     this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', { json: slimRuntimeClass }, {
@@ -266,7 +267,7 @@ export class Controller {
     // A Job's delete event ends its tombstone; so does the add of a new Job of that name (the
     // delete event may have come before the tombstone was written).
     const forget = (job: any) => this.deletedJobs.delete(job.metadata?.name);
-    this.jobs = await this.inform<SlimJob>(`/apis/batch/v1/namespaces/${ns}/jobs`, { json: slimJob, protobuf: jobFromProto }, {
+    this.jobs = await this.inform<SlimJob>(`/apis/batch/v1/namespaces/${ns}/jobs`, { json: slimJob, protobuf: jobFromProto, keepsEqual: true }, {
       add: j => { forget(j); byAnnotation(j); }, update: (_, j) => byAnnotation(j), delete: j => { forget(j); byAnnotation(j); },
     }, managed);
     // A pod matters once its kubelet has taken it (startTime: its Job has started) and when it
@@ -275,7 +276,7 @@ export class Controller {
     // ended), and a Job whose pod was taken must not look unstarted then (it was deleted as
     // one, seen in the multi-node suite's scenario 2).
     const ended = (pod: SlimPod) => pod.status.containerStatuses?.[0]?.state.terminated !== undefined || ['Succeeded', 'Failed'].includes(pod.status.phase ?? '');
-    this.pods = await this.inform<SlimPod>(`/api/v1/namespaces/${ns}/pods`, { json: slimPod, protobuf: podFromProto }, {
+    this.pods = await this.inform<SlimPod>(`/api/v1/namespaces/${ns}/pods`, { json: slimPod, protobuf: podFromProto, keepsEqual: true }, {
       // A pod may arrive already taken, or ended (Pending straight to Failed): its Job waits for its result.
       add: pod => { if (ended(pod) || pod.status.startTime) byAnnotation(pod); },
       update: (before, after) => {
@@ -301,7 +302,8 @@ export class Controller {
    * Shim being deleted go while its shim stays on every node (I5). A refused LIST (RBAC, a
    * timeout, a 5xx) is retried; the controller is not ready meanwhile.
    */
-  private async inform<T>(path: string, read: { json: (raw: any) => T; protobuf?: (object: Buffer) => T; metadataOnly?: boolean },
+  private async inform<T>(path: string,
+    read: { json: (raw: any) => T; protobuf?: (object: Buffer) => T; metadataOnly?: boolean; keepsEqual?: boolean },
     handlers: Handlers<T>, labelSelector?: string, fieldSelector?: string, metric?: string): Promise<Informer<T>> {
     const resource = metric ?? path.slice(path.lastIndexOf('/') + 1);
     const informer = new Informer<T>(this.kube, {
@@ -311,6 +313,7 @@ export class Controller {
       transform: read.json,
       decode: read.protobuf,
       metadataOnly: read.metadataOnly,
+      unchanged: read.keepsEqual ? isDeepStrictEqual : undefined,
       onReceived: bytes => {
         this.metrics.watchEvents.inc({ resource });
         this.metrics.watchBytes.inc({ resource }, bytes);

@@ -25,6 +25,14 @@ export interface InformerOptions<T> {
    * and every kubelet heartbeat sends them again.
    */
   readonly metadataOnly?: boolean;
+  /**
+   * Whether a received object is the cached one over again in all the cache keeps. Then the
+   * cached object stays and no handler runs: most events of a rollout change nothing the
+   * controller reads (a kubelet's status update of a Node, a Job's `active` count, a pod
+   * bound to its node), and a new copy of each would only be garbage that had first lived long
+   * enough to be promoted.
+   */
+  readonly unchanged?: (before: T, after: T) => boolean;
   /** Objects per LIST page. */
   readonly pageSize?: number;
   /** Called for each object received, with its size in characters (lists and watches). */
@@ -184,6 +192,7 @@ export class Informer<T> {
 
   private put(name: string, item: T): void {
     const before = this.items.get(name);
+    if (before !== undefined && this.options.unchanged?.(before, item)) return;
     this.items.set(name, item);
     if (before === undefined) this.handlers.add?.(item);
     else this.handlers.update?.(before, item);

@@ -393,8 +393,10 @@ export function plan(input: PlanInput): Plan {
   let traced = 0;
   const results: Result[] = [];
   const nodeNames = new Set(input.nodes.map(n => n.name));
+  // Everything of this pass that derive() reads besides the node and whether it serves.
+  const settings = JSON.stringify([name, deleting, desired?.handler, desired?.revision, retryToken, policy.failureThreshold]);
 
-  for (const node of [...input.nodes].sort((a, b) => (a.name < b.name ? -1 : 1))) {
+  for (const node of byName(input.nodes)) {
     const isSelected = selectedNames.has(node.name);
     const jobs = own.get(node.name) ?? NO_JOBS;
     if (!isSelected && jobs.length === 0 && !hasTrace(node, keys)) continue;
@@ -402,23 +404,12 @@ export function plan(input: PlanInput): Plan {
     // Most nodes have no Job of this Shim: no arrays are made for them (every pass visits every node).
     const running = jobs.length === 0 ? NO_JOBS : jobs.filter(j => j.phase === 'running');
     const finished = jobs.length === 0 ? NO_JOBS : jobs.filter(j => j.phase !== 'running');
-    const before = readRecord(node, keys);
-    let record = finished.length === 0 ? before : fold(before, finished, { bootID: node.bootID, retryToken, now });
-    if (finished.length > 0) results.push(...newResults(node, finished, before));
-
-    const step = running.length > 0 ? undefined : nextStep(record, serving, desired, node.bootID);
-    const failure = record.failure;
-    const relevant = failure !== undefined && step !== undefined && sameOperation(failure, step) && failure.retry === retryToken;
-    // A failure of something no longer wanted (a new revision, a retry requested, done since)
-    // is forgotten; while a Job runs, or while an invalid Shim leaves the node alone, it stays.
-    if (failure && !relevant && running.length === 0 && (step !== undefined || desired !== undefined || !serving)) {
-      record = { installed: record.installed };
-    }
-    // A handler being removed gives no gate, even if the node is selected again meanwhile.
-    const draining = running.some(j => j.operation === 'uninstall' && j.handler === record.installed[0]?.handler);
-    const rendered = renderRecord(record, { serving: serving && !draining, bootID: node.bootID, failureThreshold: policy.failureThreshold });
-    const patch = nodePatch(node, keys, rendered);
-    if (patch) actions.push({ kind: 'writeNode', node: node.name, ...patch });
+    const d = jobs.length === 0
+      ? derivedOnce(node, uid, settings, serving, () => derive(node, keys, NO_JOBS, NO_JOBS, serving, desired, retryToken, policy, now))
+      : derive(node, keys, running, finished, serving, desired, retryToken, policy, now);
+    const { record, step, failure, relevant } = d;
+    if (finished.length > 0) results.push(...newResults(node, finished, d.before));
+    if (d.patch) actions.push({ kind: 'writeNode', node: node.name, ...d.patch });
 
     // Finished Jobs are removed once recorded (I8: the TTL controller is not relied on). The
     // last failed one stays for inspection until it is superseded or no longer relevant.
@@ -540,6 +531,70 @@ export function plan(input: PlanInput): Plan {
     status,
     ...(requeueAt !== undefined ? { requeueAfterSeconds: Math.max(1, Math.ceil((requeueAt - nowMs) / 1000)) } : {}),
   };
+}
+
+/** What a pass derives from a node, its Jobs of the Shim and the pass's settings (see derive). */
+interface Derived {
+  /** The node's record as read. */
+  readonly before: NodeRecord;
+  /** The record as this pass leaves it: finished Jobs folded in, a failure no longer wanted forgotten. */
+  readonly record: NodeRecord;
+  /** The operation the node needs next (none while a Job runs). */
+  readonly step?: Step;
+  /** The failure of the record as read (a forgotten one included). */
+  readonly failure?: FailureRecord;
+  /** Whether that failure is of the step due now (its retry counts attempts and backs off). */
+  readonly relevant: boolean;
+  /** The write that makes the node show the record, if it does not already. */
+  readonly patch?: ReturnType<typeof nodePatch>;
+}
+
+function derive(node: NodeView, keys: RecordKeys, running: readonly JobView[], finished: readonly JobView[], serving: boolean,
+  desired: Omit<Step, 'operation'> | undefined, retryToken: string | undefined, policy: RetryPolicy, now: string): Derived {
+  const before = readRecord(node, keys);
+  let record = finished.length === 0 ? before : fold(before, finished, { bootID: node.bootID, retryToken, now });
+  const step = running.length > 0 ? undefined : nextStep(record, serving, desired, node.bootID);
+  const failure = record.failure;
+  const relevant = failure !== undefined && step !== undefined && sameOperation(failure, step) && failure.retry === retryToken;
+  // A failure of something no longer wanted (a new revision, a retry requested, done since)
+  // is forgotten; while a Job runs, or while an invalid Shim leaves the node alone, it stays.
+  if (failure && !relevant && running.length === 0 && (step !== undefined || desired !== undefined || !serving)) {
+    record = { installed: record.installed };
+  }
+  // A handler being removed gives no gate, even if the node is selected again meanwhile.
+  const draining = running.some(j => j.operation === 'uninstall' && j.handler === record.installed[0]?.handler);
+  const rendered = renderRecord(record, { serving: serving && !draining, bootID: node.bootID, failureThreshold: policy.failureThreshold });
+  return { before, record, step, failure, relevant, patch: nodePatch(node, keys, rendered) };
+}
+
+/**
+ * What derive() gave for a node without Jobs of the Shim, kept per node object and Shim: with
+ * no Jobs it reads only the node (its record, boot ID), whether the node serves, and the
+ * pass's `settings`, and the caches keep a node's object until something in it changes. Each
+ * pass visits every node, and in a large fleet most of them are as they were at the last one.
+ */
+const derivedByNode = new WeakMap<NodeView, { uid: string; settings: string; serving: boolean; derived: Derived }[]>();
+
+function derivedOnce(node: NodeView, uid: string, settings: string, serving: boolean, compute: () => Derived): Derived {
+  let entries = derivedByNode.get(node);
+  const known = entries?.find(e => e.uid === uid);
+  if (known && known.settings === settings && known.serving === serving) return known.derived;
+  const derived = compute();
+  if (!entries) derivedByNode.set(node, entries = []);
+  if (known) Object.assign(known, { settings, serving, derived });
+  else entries.push({ uid, settings, serving, derived });
+  return derived;
+}
+
+/**
+ * The nodes in order of name. The caches keep them in the order of their LIST, which is by
+ * name, so each pass mostly checks the order instead of sorting thousands of names again.
+ */
+function byName(nodes: readonly NodeView[]): readonly NodeView[] {
+  for (let i = 1; i < nodes.length; i++) {
+    if (nodes[i - 1].name > nodes[i].name) return [...nodes].sort((a, b) => (a.name < b.name ? -1 : 1));
+  }
+  return nodes;
 }
 
 function failedNode(name: string, failure: FailureRecord, policy: RetryPolicy, nextAttempt?: string): Tally['failures'][number] {

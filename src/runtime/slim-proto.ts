@@ -33,8 +33,11 @@ interface Meta {
   annotations?: Record<string, string>;
 }
 
-/** ObjectMeta: name 1, uid 5, resourceVersion 6, creationTimestamp 8, deletionTimestamp 9, labels 11, annotations 12 (managedFields, 17, is skipped). */
-function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true): Meta {
+/**
+ * ObjectMeta: name 1, uid 5, resourceVersion 6, creationTimestamp 8, deletionTimestamp 9, labels 11, annotations 12 (managedFields, 17, is skipped).
+ * The timestamps only where the kind's view keeps one (`times`): making their text is most of what reading a Node's metadata costs.
+ */
+function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true, times = true): Meta {
   const m: Meta = { name: '' };
   const e = f.nested();
   while (e.next()) {
@@ -42,8 +45,8 @@ function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true):
       case 1: m.name = e.text(); break;
       case 5: m.uid = optional(e.text()); break;
       case 6: m.resourceVersion = optional(e.text()); break;
-      case 8: m.creationTimestamp = e.time(); break;
-      case 9: m.deletionTimestamp = e.time(); break;
+      case 8: if (times) m.creationTimestamp = e.time(); break;
+      case 9: if (times) m.deletionTimestamp = e.time(); break;
       case 11: {
         const [k, v] = e.mapEntry();
         (m.labels ??= {})[k] = v;
@@ -63,12 +66,13 @@ function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true):
  * The parts every kind shares: metadata (1) into a Meta, and each field of the spec (2) and
  * the status (3) handed to the kind's own reader.
  */
-function readObject(buf: Buffer, read: { status: (s: Fields) => void; spec?: (s: Fields) => void; keepAnnotation?: (key: string) => boolean }): Meta {
+function readObject(buf: Buffer,
+  read: { status: (s: Fields) => void; spec?: (s: Fields) => void; keepAnnotation?: (key: string) => boolean; times?: boolean }): Meta {
   let m: Meta = { name: '' };
   const f = new Fields(buf);
   while (f.next()) {
     if (f.no === 1) {
-      m = meta(f, read.keepAnnotation);
+      m = meta(f, read.keepAnnotation, read.times ?? true);
     } else if (f.no === 2 && read.spec) {
       const s = f.nested();
       while (s.next()) read.spec(s);
@@ -107,6 +111,7 @@ export function nodeFromProto(buf: Buffer): NodeView {
   const handlers: string[] = [];
   const m = readObject(buf, {
     keepAnnotation: ours,
+    times: false,
     spec: s => {
       if (s.no === 4) schedulable = s.value === 0;
     },
@@ -130,7 +135,7 @@ export function nodeFromProto(buf: Buffer): NodeView {
 
 /** A Node's metadata (PartialObjectMetadata, or a whole Node): its name, labels and our annotations. */
 export function nodeMetadataFromProto(buf: Buffer): NodeMetadata {
-  const m = readObject(buf, { keepAnnotation: ours, status: () => undefined });
+  const m = readObject(buf, { keepAnnotation: ours, times: false, status: () => undefined });
   return { name: m.name, uid: m.uid, resourceVersion: m.resourceVersion, labels: m.labels ?? {}, annotations: m.annotations ?? {} };
 }
 
@@ -211,6 +216,7 @@ function containerState(f: Fields): ContainerState {
 export function podFromProto(buf: Buffer): SlimPod {
   const status: SlimPod['status'] = {};
   const m = readObject(buf, {
+    times: false,
     status: s => {
       if (s.no === 1) {
         status.phase = optional(s.text());

@@ -1,8 +1,10 @@
 import * as fs from 'fs';
 import * as https from 'https';
+import { isDeepStrictEqual } from 'util';
 import { Informer } from '../../src/runtime/informer';
 import { slimAgentPod, slimJob, slimNode, slimNodeMetadata, slimPod } from '../../src/runtime/slim';
 import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from '../../src/runtime/slim-proto';
+import { NodeView } from '../../src/runtime/types';
 import { ApiError, Kube, PROTOBUF_METADATA, WRITE_ACCEPT } from '../../src/shared/kube/kube';
 import { kubeconfigAccess } from '../../src/shared/kube/kube-config';
 import { ControlPlane, startControlPlane } from '../support/control-plane';
@@ -141,6 +143,34 @@ test('an informer reads the same cache through protobuf as through JSON: paginat
   } finally {
     json.stop();
     proto.stop();
+  }
+});
+
+test('an informer that keeps equal objects: a kubelet heartbeat changes nothing kept, so the cached object stays and no handler runs', async () => {
+  // GIVEN an informer on Nodes that keeps an object equal to the cached one (as the controller's Job-mode informers do)
+  await makeNode('pb-node-h', 8, {});
+  const updates: { name: string; before: unknown; after: NodeView }[] = [];
+  const informer = new Informer(kube, { path: '/api/v1/nodes', transform: slimNode, decode: nodeFromProto, unchanged: isDeepStrictEqual },
+    { update: (before, after) => updates.push({ name: after.name, before, after }) });
+  await informer.start();
+  try {
+    const listed = informer.get('pb-node-h')!;
+    const ready = (status: string, at: string) => admin.request('PATCH', '/api/v1/nodes/pb-node-h/status', {
+      status: { conditions: [{ type: 'Ready', status, reason: 'KubeletReady', message: 'kubelet is posting ready status. AppArmor enabled', lastHeartbeatTime: at }] },
+    }, 'application/strategic-merge-patch+json');
+    // WHEN the kubelet posts its Ready condition twice (a new heartbeat time, nothing else), then the node goes NotReady
+    await ready('True', '2026-11-26T10:00:00Z');
+    await ready('True', '2026-11-26T10:01:00Z');
+    await ready('False', '2026-11-26T10:02:00Z');
+    // THEN one update runs, for the change the view keeps (events arrive in order: the heartbeats came first), from the listed object itself
+    await eventually(async () => updates.some(u => u.name === 'pb-node-h'), 20_000, () => JSON.stringify(informer.get('pb-node-h')));
+    const ours = updates.filter(u => u.name === 'pb-node-h');
+    expect(ours).toHaveLength(1);
+    expect(ours[0].before).toBe(listed);
+    expect(ours[0].after.ready).toBe(false);
+    expect(informer.get('pb-node-h')).toBe(ours[0].after);
+  } finally {
+    informer.stop();
   }
 });
 

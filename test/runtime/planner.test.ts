@@ -182,6 +182,31 @@ describe('rolling batches (installs and uninstalls share the budget, I4)', () =>
   });
 });
 
+describe('passes over the same node objects (the caches keep a node\'s object while it is unchanged; the planner keeps what it derived from it)', () => {
+  const other = () => shim({ runtimeClass: { name: 'wasm', handler: 'wasm' } }, { name: 'wasm', uid: 'u2' });
+  test.each<[string, (s: ShimObject) => Partial<PlanInput> & { shim: ShimObject }, string[]]>([
+    ['a new revision: installed again', s => ({ shim: shim({ fetchStrategy: { type: 'anonymousHttp', anonHttp: { location: 'https://e.com/spin-2.tgz' } } }, { uid: s.metadata.uid }) }),
+      ['createJob a:install:spin', 'createJob b:install:spin']],
+    ['deselected: uninstalled, and the gate goes at once', () => ({ shim: shim({ nodeSelector: { pool: 'x' } }) }),
+      ['writeNode a', 'writeNode b', 'createJob a:uninstall:spin', 'createJob b:uninstall:spin']],
+    ['the Shim being deleted: uninstalled', () => ({ shim: shim({}, { deletionTimestamp: NOW }) }),
+      ['writeNode a', 'writeNode b', 'createJob a:uninstall:spin', 'createJob b:uninstall:spin']],
+    ['another Shim, then this one unchanged: nothing to do', () => ({ shim: shim() }), []],
+  ])('%s', (_what, second, expected) => {
+    // GIVEN two nodes with spin installed, planned once (and planned by another Shim too)
+    const summary = (actions: Action[]) => actions.filter(a => a.kind !== 'event' && a.kind !== 'applyRuntimeClass')
+      .map(a => a.kind === 'createJob' ? `createJob ${a.job.node}:${a.job.operation}:${a.job.handler}` : a.kind === 'writeNode' ? `writeNode ${a.node}` : a.kind);
+    const s = shim();
+    const nodes = [installed('a', s), installed('b', s)];
+    expect(summary(run({ shim: s, nodes }).actions)).toEqual([]);
+    run({ shim: other(), nodes, otherShims: [s] });
+    // WHEN the next pass sees the very same node objects, with what changed
+    const { actions } = run({ nodes, ...second(s) });
+    // THEN it plans from what changed, not from what it derived before
+    expect(summary(actions)).toEqual(expected);
+  });
+});
+
 describe('change sets across Shims: a node restarts containerd once for the Shims that change it together', () => {
   const wasm = (spec: Partial<ShimSpec> = {}) => shim({ runtimeClass: { name: 'wasm', handler: 'wasm' }, ...spec }, { name: 'wasm', uid: 'u2' });
   const wasmJob = (nodeName: string, phase: JobView['phase']) => job(nodeName, wasm(), phase, 'install', { shimUid: 'u2', handler: 'wasm', name: `wasm-${nodeName}` });
@@ -198,6 +223,19 @@ describe('change sets across Shims: a node restarts containerd once for the Shim
     const { actions } = run({ shim: shim(rolling1), nodes, jobs, otherShims: [wasm()] });
     // THEN its one slot goes to the node named
     expect(created(actions)).toEqual(expected);
+  });
+
+  test.each<[string, string[]]>([
+    ['in order of name (as a LIST gives them)', ['a', 'b', 'c', 'd']],
+    ['out of order (nodes that joined after the LIST)', ['d', 'b', 'a', 'c']],
+  ])('the nodes come %s: the slot goes to the first by name either way', (_what, names) => {
+    // GIVEN nodes without spin, spin rolling one node at a time
+    const nodes = names.map(n => node(n));
+    // WHEN spin plans
+    const { actions } = run({ shim: shim(rolling1), nodes });
+    // THEN its one slot goes to a, and the input was not reordered
+    expect(created(actions)).toEqual(['a:install:spin']);
+    expect(nodes.map(n => n.name)).toEqual(names);
   });
 
   test('the order of precedence stays: a retry, then removals, before an install that would join', () => {
