@@ -16,7 +16,7 @@
 // checks its handlers whenever it starts (a reboot starts it again) and confirms an install
 // with `status.runtimeHandlers` itself, where the kubelet reports that field. Pure: no I/O.
 import { RequestBook } from './request-book';
-import { AgentPod, NodeMetadata } from './slim';
+import { AgentPod, NodeMetadata, samePlain } from './slim';
 import { NodeView } from './types';
 import { withoutRequests } from '../shared/agent-protocol';
 
@@ -57,7 +57,7 @@ export class AgentNodeViews {
     // half of what a rollout over 5,000 nodes reads): the view stays as it is, and no Shim is
     // asked whether the change concerns it.
     const unchanged = before !== undefined && before.uid === node.uid
-      && sameEntries(before.labels, node.labels) && sameEntries(before.annotations, node.annotations);
+      && samePlain(before.labels, node.labels) && samePlain(before.annotations, node.annotations);
     this.metadata.set(node.name, unchanged ? { ...node, labels: before.labels, annotations: before.annotations } : node);
     const recorded = this.requests.nodeAt(node.name, node.resourceVersion);
     if (!unchanged || recorded) this.refresh(node.name);
@@ -133,15 +133,4 @@ function withRequests(annotations: Readonly<Record<string, string>>, requests: R
   const own = withoutRequests(annotations);
   // Most nodes have no request of the book: their annotations are taken as they are (the views copy nothing then).
   return Object.keys(requests).length === 0 ? own as Record<string, string> : { ...own, ...requests };
-}
-
-/** The same keys and values (label and annotation maps as decoded: plain string records). */
-function sameEntries(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
-  if (a === b) return true;
-  let count = 0;
-  for (const key in b) {
-    if (a[key] !== b[key]) return false;
-    count++;
-  }
-  return count === Object.keys(a).length;
 }

@@ -1,7 +1,6 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
-import { isDeepStrictEqual } from 'util';
 import { AgentNodeViews } from './agent-node-views';
 import { admittedRequest, observeRequests } from './agent-requests';
 import { Handlers, Informer } from './informer';
@@ -12,7 +11,8 @@ import { FINALIZER, planPass } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
 import {
-  AgentPod, NodeMetadata, nodeChangeAffects, slimAgentPod, SlimJob, slimJob, slimNode, slimNodeMetadata, SlimPod, slimPod, slimRuntimeClass, slimShim,
+  AgentPod, NodeMetadata, nodeChangeAffects, samePlain, slimAgentPod, SlimJob, slimJob, slimNode, slimNodeMetadata, SlimPod, slimPod,
+  slimRuntimeClass, slimShim,
 } from './slim';
 import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from './slim-proto';
 import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
@@ -47,6 +47,7 @@ export interface ControllerSettings extends JobSettings {
 interface NodeCache {
   readonly size: number;
   list(): NodeView[];
+  get(name: string): NodeView | undefined;
 }
 
 export class Controller {
@@ -313,7 +314,7 @@ export class Controller {
       transform: read.json,
       decode: read.protobuf,
       metadataOnly: read.metadataOnly,
-      unchanged: read.keepsEqual ? isDeepStrictEqual : undefined,
+      unchanged: read.keepsEqual ? samePlain : undefined,
       onReceived: bytes => {
         this.metrics.watchEvents.inc({ resource });
         this.metrics.watchBytes.inc({ resource }, bytes);
@@ -394,6 +395,7 @@ export class Controller {
     const result = planPass({
       shim,
       nodes: this.nodes.list(),
+      nodeNamed: n => this.nodes.get(n),
       observed: this.observedJobs(),
       writes: { created: [...this.createdJobs.values()], deleted: [...this.deletedJobs] },
       otherShims: this.shims.list().filter(s => s.metadata.name !== name),

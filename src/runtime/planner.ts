@@ -33,6 +33,12 @@ export interface PlanInput {
   readonly shim: ShimObject;
   readonly nodes: NodeView[];
   /**
+   * The node of a name among `nodes`, from the adapter's cache: a pass then makes no index of
+   * every node's name.
+   * @default an index of `nodes`, made when a pass needs one
+   */
+  readonly nodeNamed?: (name: string) => NodeView | undefined;
+  /**
    * Every installer Job of the controller (other Shims' too: a handler is shared per node), as
    * judged at `now` (planPass judges them from what the adapter observed).
    */
@@ -194,9 +200,15 @@ export function invalidReason(shim: ShimObject, others: ShimObject[], selected: 
   }
   const problem = specProblem(shim.spec) ?? (installMode === 'agent' ? agentModeProblem(shim.spec) : undefined);
   if (problem) return problem;
-  // Per platform, not per node: thousands of nodes share a handful of platforms.
+  // Per platform, not per node: thousands of nodes share a handful of platforms (and a node
+  // of the platform just checked costs two label reads).
   const checked = new Set<string>();
+  let last: [string | undefined, string | undefined] | undefined;
   for (const node of selected) {
+    const os = label(node.labels, OS_LABELS);
+    const arch = label(node.labels, ARCH_LABELS);
+    if (last && os === last[0] && arch === last[1]) continue;
+    last = [os, arch];
     const platform = platformOf(node);
     if (checked.has(platform)) continue;
     if (!artifactFor(shim.spec, node)) return `no artifact for platform ${platform} of node ${node.name}`;
@@ -365,8 +377,10 @@ export function plan(input: PlanInput): Plan {
 
   if (!deleting && !hasFinalizer) actions.push({ kind: 'addFinalizer' });
   const selector = Object.entries(shim.spec?.nodeSelector ?? {});
-  const selected = deleting ? [] : input.nodes.filter(n => selector.every(([k, v]) => n.labels[k] === v));
-  const selectedNames = new Set(selected.map(n => n.name));
+  const matches = (n: NodeView) => selector.length === 0 || selector.every(([k, v]) => n.labels[k] === v);
+  const selected = deleting ? [] : selector.length === 0 ? input.nodes : input.nodes.filter(matches);
+  let index: Map<string, NodeView> | undefined;
+  const nodeNamed = input.nodeNamed ?? ((n: string) => (index ??= new Map(input.nodes.map(v => [v.name, v]))).get(n));
   const invalid = deleting ? undefined : invalidReason(shim, input.otherShims, selected, input.installMode);
   if (invalid) actions.push(...invalidEvent(previous, invalid));
   const desired = invalid || deleting ? undefined : { handler: shim.spec.runtimeClass.handler, revision };
@@ -375,29 +389,28 @@ export function plan(input: PlanInput): Plan {
   let requeueAt: number | undefined;
   const own = new Map<string, JobView[]>();
   const others = new Map<string, JobView[]>();
-  let nodesByName: Map<string, NodeView> | undefined;
   for (const seen of input.jobs) {
     let job = seen;
     if (job.shimUid === uid && job.phase === 'succeeded' && job.operation === 'install') {
-      nodesByName ??= new Map(input.nodes.map(n => [n.name, n]));
-      const judged = confirmByKubelet(job, nodesByName.get(job.node), nowMs);
+      const judged = confirmByKubelet(job, nodeNamed(job.node), nowMs);
       job = judged.job;
       if (judged.recheckAt !== undefined) requeueAt = Math.min(requeueAt ?? judged.recheckAt, judged.recheckAt);
     }
-    const index = job.shimUid === uid ? own : others;
-    index.set(job.node, [...(index.get(job.node) ?? []), job]);
+    const byNode = job.shimUid === uid ? own : others;
+    const list = byNode.get(job.node);
+    if (list) list.push(job);
+    else byNode.set(job.node, [job]);
   }
 
   const tally: Tally = { ...emptyTally(revision, { invalid, deleting, nodes: selected.length }), agentMode: input.installMode === 'agent' };
   const candidates: Candidate[] = [];
   let traced = 0;
   const results: Result[] = [];
-  const nodeNames = new Set(input.nodes.map(n => n.name));
   // Everything of this pass that derive() reads besides the node and whether it serves.
   const settings = JSON.stringify([name, deleting, desired?.handler, desired?.revision, retryToken, policy.failureThreshold]);
 
   for (const node of byName(input.nodes)) {
-    const isSelected = selectedNames.has(node.name);
+    const isSelected = !deleting && matches(node);
     const jobs = own.get(node.name) ?? NO_JOBS;
     if (!isSelected && jobs.length === 0 && !hasTrace(node, keys)) continue;
     const serving = !deleting && isSelected;
@@ -478,14 +491,14 @@ export function plan(input: PlanInput): Plan {
 
   const ownJobs = [...own.values()].flat();
   const open = new Set(ownJobs.filter(j => j.phase === 'running').map(j => j.batch));
-  const batches = [...new Set(ownJobs.filter(j => j.phase === 'succeeded' && !j.recordedByAgent && j.batch && !open.has(j.batch) && nodeNames.has(j.node))
+  const batches = [...new Set(ownJobs.filter(j => j.phase === 'succeeded' && !j.recordedByAgent && j.batch && !open.has(j.batch) && nodeNamed(j.node) !== undefined)
     .map(j => j.batch!))];
   if (batches.length > 0) actions.push({ kind: 'deleteSucceededJobs', batches: batches.sort() });
   actions.push(...aggregateEvents(results));
 
   // Jobs on nodes that are gone: nothing to record; a running one is left to end by itself.
   for (const [nodeName, jobs] of own) {
-    if (nodeNames.has(nodeName)) continue;
+    if (nodeNamed(nodeName) !== undefined) continue;
     for (const job of jobs) if (job.phase !== 'running' || !job.started) actions.push({ kind: 'deleteJob', name: job.name });
   }
 

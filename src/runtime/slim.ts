@@ -76,6 +76,31 @@ function readyIn(conditions: any[] | undefined): boolean {
 }
 
 
+/**
+ * Whether two views the caches keep are equal: plain data (records, arrays, strings, numbers,
+ * booleans), as the decoders here make them. A key whose value is undefined counts as a key
+ * (the decoders give a kind's views one shape). What node's util.isDeepStrictEqual would say of
+ * such data, at a fraction of its cost: the informers ask it of every event.
+ */
+export function samePlain(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!samePlain(a[i], b[i])) return false;
+    return true;
+  }
+  const x = a as Record<string, unknown>;
+  const y = b as Record<string, unknown>;
+  let keys = 0;
+  for (const key in x) {
+    if (!(key in y) || !samePlain(x[key], y[key])) return false;
+    keys++;
+  }
+  for (const _ in y) keys--;
+  return keys === 0;
+}
+
 const sameList = (a: readonly string[] | undefined, b: readonly string[] | undefined) =>
   a === b || (a !== undefined && b !== undefined && a.length === b.length && a.every((x, i) => x === b[i]));
 

@@ -875,6 +875,15 @@ describe('per-platform artifacts and validity', () => {
     expect(kinds(actions, 'createJob')[0].job.artifact).toEqual({ location: 'https://e.com/arm.tgz', sha256: 'b'.repeat(64) });
   });
 
+  test.each<[string, NodeView[], RegExp]>([
+    ['a node without os and arch labels first (linux/amd64)', [{ ...node('bare'), labels: {} }, node('arm', { 'kubernetes.io/arch': 'arm64' })], /no artifact for platform linux\/amd64 of node bare/],
+    ['one node of another platform after many of one', [...['a1', 'a2', 'a3'].map(n => node(n, { 'kubernetes.io/arch': 'arm64' })), node('x86')], /no artifact for platform linux\/amd64 of node x86/],
+  ])('platforms are checked per platform, for every node: %s', (_what, nodes, message) => {
+    const { actions, status } = run({ shim: shim({ fetchStrategy: { platforms: [{ os: 'linux', arch: 'arm64', location: 'https://e.com/arm.tgz' }] } }), nodes });
+    expect(kinds(actions, 'createJob')).toEqual([]);
+    expect(condition(status, 'Degraded')).toMatchObject({ status: 'True', reason: 'InvalidShim', message: expect.stringMatching(message) });
+  });
+
   test.each([
     ['no artifact for a node platform', shim({ fetchStrategy: platforms }), [], /no artifact for platform linux\/amd64 of node x/],
     ['a handler claimed by an older Shim', shim(), [shim({}, { name: 'older', creationTimestamp: '2025-01-01T00:00:00Z' })], /handler "spin" is already claimed by Shim "older"/],

@@ -1,4 +1,4 @@
-import { slimNode } from '../../src/runtime/slim';
+import { samePlain, slimNode } from '../../src/runtime/slim';
 import { nodeFromProto } from '../../src/runtime/slim-proto';
 import { Fields, unwrap } from '../../src/shared/kube/protobuf';
 
@@ -74,4 +74,26 @@ test('a Node\'s status.runtimeHandlers (Kubernetes 1.30+; a 1.20 API server drop
   expect(slimNode({ metadata: { name: 'n1' }, status: { runtimeHandlers: [{ name: '' }, { name: 'runc' }, { name: 'spin', features: { recursiveReadOnlyMounts: true } }] } }).runtimeHandlers)
     .toEqual(['', 'runc', 'spin']);
   expect(slimNode({ metadata: { name: 'n1' }, status: {} }).runtimeHandlers).toBeUndefined();
+});
+
+describe('samePlain: whether an event repeats the cached view (the informers then keep the cached object)', () => {
+  const node = { name: 'n', labels: { a: '1', b: '2' }, annotations: {}, ready: true, schedulable: true, bootID: 'x', runtimeHandlers: ['', 'spin'] };
+  test.each<[string, unknown, unknown, boolean]>([
+    ['the same view decoded again', node, JSON.parse(JSON.stringify(node)), true],
+    ['labels in another order', node, { ...node, labels: { b: '2', a: '1' } }, true],
+    ['a label value changed', node, { ...node, labels: { a: '1', b: '3' } }, false],
+    ['a label added', node, { ...node, labels: { ...node.labels, c: '' } }, false],
+    ['a label removed', node, { ...node, labels: { a: '1' } }, false],
+    ['readiness changed', node, { ...node, ready: false }, false],
+    ['a handler more', node, { ...node, runtimeHandlers: ['', 'spin', 'wasm'] }, false],
+    ['handlers in another order', node, { ...node, runtimeHandlers: ['spin', ''] }, false],
+    ['a key now undefined (another shape)', { a: 1, b: undefined }, { a: 1 }, false],
+    ['a key undefined in both', { a: 1, b: undefined }, { a: 1, b: undefined }, true],
+    ['an array and an object with its indexes', { list: ['x'] }, { list: { 0: 'x' } }, false],
+    ['null and an empty object', { s: null }, { s: {} }, false],
+    ['a number and its text', { n: 1 }, { n: '1' }, false],
+  ])('%s', (_what, a, b, same) => {
+    expect(samePlain(a, b)).toBe(same);
+    expect(samePlain(b, a)).toBe(same);
+  });
 });
