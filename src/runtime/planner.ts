@@ -403,7 +403,11 @@ export function plan(input: PlanInput): Plan {
   }
 
   const tally: Tally = { ...emptyTally(revision, { invalid, deleting, nodes: selected.length }), agentMode: input.installMode === 'agent' };
-  const candidates: Candidate[] = [];
+  // The nodes due an operation, by precedence, each in order of name: retries first, then
+  // removals, then installs; within each, the nodes where another Shim's installer runs now
+  // (the node restarts containerd once for both).
+  const order = (c: Candidate) => (c.retry ? 0 : c.step.operation === 'uninstall' ? 2 : 4) + (c.joins ? 0 : 1);
+  const candidates: Candidate[][] = [[], [], [], [], [], []];
   let traced = 0;
   const results: Result[] = [];
   // Everything of this pass that derive() reads besides the node and whether it serves.
@@ -486,7 +490,8 @@ export function plan(input: PlanInput): Plan {
       continue;
     }
     const joins = (others.get(node.name) ?? NO_JOBS).some(j => j.phase === 'running');
-    candidates.push({ node, step, attempt, retry: relevant, joins, supersedes: kept, record, serving });
+    const candidate = { node, step, attempt, retry: relevant, joins, supersedes: kept, record, serving };
+    candidates[order(candidate)].push(candidate);
   }
 
   const ownJobs = [...own.values()].flat();
@@ -506,10 +511,9 @@ export function plan(input: PlanInput): Plan {
   // failing nodes and removals go on.
   tally.stopped = tally.failures.some(f => f.exhausted && f.operation === 'install');
   let budget = maxInFlight(shim.spec ?? {}, deleting ? traced : selected.length) - tally.inFlight;
-  // Retries first, then removals, then installs; within each, the nodes where another Shim's
-  // installer runs now (the node restarts containerd once for both), then by name.
-  const order = (c: Candidate) => (c.retry ? 0 : c.step.operation === 'uninstall' ? 2 : 4) + (c.joins ? 0 : 1);
-  for (const c of candidates.sort((a, b) => order(a) - order(b))) {
+  // A node at a time in order of precedence, thousands of them while a rollout is under way:
+  // each bucket is in order of name already, so nothing is sorted.
+  for (const c of candidates.flat()) {
     const exempt = c.step.reverify === true;
     if (!exempt && tally.stopped && c.step.operation === 'install' && !c.retry) continue;
     if (!exempt && budget <= 0) {
