@@ -19,7 +19,8 @@
 // Diagnostics: RCM_BENCH_PROFILE=<dir> writes the controller's CPU profile there;
 // RCM_BENCH_THREADS=1 prints its CPU per thread (main thread vs. GC helpers) and heap;
 // RCM_BENCH_KEEP=1 keeps the work folder (the controllers' logs); RCM_BENCH_NODE_FLAGS='...'
-// runs the controllers with these node flags (e.g. V8 heap settings); RCM_BENCH_HEARTBEAT_SECONDS=300
+// runs the controllers with these node flags (e.g. V8 heap settings), and RCM_BENCH_BEFORE_NODE_FLAGS
+// the one of RCM_BENCH_BEFORE with its own (the same code twice then compares two settings); RCM_BENCH_HEARTBEAT_SECONDS=300
 // posts each node's status every 5 minutes (a 1.20 kubelet's default) instead of every minute.
 import { ChildProcess, execFileSync, spawn } from 'child_process';
 import * as fs from 'fs';
@@ -213,7 +214,8 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   const metricsPort = await freePort();
   const start = Date.now();
   const profile = process.env.RCM_BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.RCM_BENCH_PROFILE}`] : [];
-  const nodeFlags = (process.env.RCM_BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+  const before = bundle.includes('rcm-controller-') && process.env.RCM_BENCH_BEFORE_NODE_FLAGS !== undefined;
+  const nodeFlags = ((before ? process.env.RCM_BENCH_BEFORE_NODE_FLAGS : process.env.RCM_BENCH_NODE_FLAGS) ?? '').split(' ').filter(Boolean);
   const controller = spawn(process.execPath, [...nodeFlags, ...profile, bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
     `--metrics-bind-address=127.0.0.1:${metricsPort}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`, '--log-format=json', '--workers=4',
     // The client-side limit is raised so that the rollout's pace is the kubelet stand-in's.

@@ -200,6 +200,8 @@ export function invalidReason(shim: ShimObject, others: ShimObject[], selected: 
   }
   const problem = specProblem(shim.spec) ?? (installMode === 'agent' ? agentModeProblem(shim.spec) : undefined);
   if (problem) return problem;
+  // An artifact in an image, or a location for any platform, serves every node.
+  if (shim.spec.fetchStrategy?.image || shim.spec.fetchStrategy?.anonHttp?.location) return undefined;
   // Per platform, not per node: thousands of nodes share a handful of platforms (and a node
   // of the platform just checked costs two label reads).
   const checked = new Set<string>();
@@ -594,7 +596,8 @@ const derivedByNode = new WeakMap<NodeView, { uid: string; settings: string; ser
 
 function derivedOnce(node: NodeView, uid: string, settings: string, serving: boolean, compute: () => Derived): Derived {
   let entries = derivedByNode.get(node);
-  const known = entries?.find(e => e.uid === uid);
+  let known: NonNullable<typeof entries>[number] | undefined;
+  for (const e of entries ?? []) if (e.uid === uid) known = e;
   if (known && known.settings === settings && known.serving === serving) return known.derived;
   const derived = compute();
   if (!entries) derivedByNode.set(node, entries = []);
