@@ -1,7 +1,6 @@
 // The adapter between the planner and the API server: informers feed caches and a work
 // queue; a reconcile reads the caches, asks the planner, and carries its actions out. Every
 // decision is the planner's; this file only executes typed actions.
-import { eachAtMost, independentRuns } from './action-runs';
 import { AgentNodeViews } from './agent-node-views';
 import { admittedRequest, observeRequests } from './agent-requests';
 import { Handlers, Informer } from './informer';
@@ -31,8 +30,6 @@ export const FIELD_MANAGER = 'rcm-controller';
 type CarriedAction = Action | (Extract<Action, { kind: 'writeNode' }> & { readonly records?: readonly string[] })
 | { readonly kind: 'recordedRequest'; readonly view: JobView };
 const SHIMS = '/apis/runtime.spinkube.dev/v1alpha1/shims';
-/** A pass's independent writes (action-runs.ts) at once, at most: a fraction of the client's 32 connections. */
-const WRITES_AT_ONCE = 8;
 const EVENTS_NAMESPACE = 'default';
 
 export interface ControllerSettings extends JobSettings {
@@ -413,11 +410,9 @@ export class Controller {
     this.metrics.observeJobs(jobs);
     const created: JobRequest[] = [];
     try {
-      for (const run of independentRuns(this.agentMode ? this.withRecordedRequests(shim, result.actions, jobs) : result.actions)) {
-        await eachAtMost(run, WRITES_AT_ONCE, async action => {
-          await this.carryOut(shim, action, jobs);
-          if (action.kind === 'createJob') created.push(action.job);
-        });
+      for (const action of this.agentMode ? this.withRecordedRequests(shim, result.actions, jobs) : result.actions) {
+        await this.carryOut(shim, action, jobs);
+        if (action.kind === 'createJob') created.push(action.job);
       }
     } finally {
       this.logCreated(name, created);
