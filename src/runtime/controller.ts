@@ -67,7 +67,7 @@ export class Controller {
   private jobs?: Informer<SlimJob>;
   private pods?: Informer<SlimPod>;
   private runtimeClasses!: Informer<any>;
-  private readonly informers: Informer<unknown>[] = [];
+  private readonly informers: { stop(): void }[] = [];
   private resync?: NodeJS.Timeout;
   /**
    * Jobs this controller deleted that the (separately watched) cache may still show: a node

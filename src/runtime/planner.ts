@@ -470,7 +470,7 @@ export function plan(input: PlanInput): Plan {
     // install whose containerd restart failed leaves the kubelet NotReady for a while), and the
     // rollout must not move on to the next node past a failure.
     let betweenAttempts = false;
-    if (relevant) {
+    if (relevant && failure) {
       const nextAt = Date.parse(failure.at) + backoffSeconds(policy, failure.attempt, failure.reason !== NO_INSTALLER_REPORT) * 1000;
       const entry = failedNode(node.name, failure, policy, new Date(Number.isNaN(nextAt) ? nowMs : nextAt).toISOString());
       betweenAttempts = !entry.exhausted;
