@@ -72,18 +72,35 @@ export async function startFakeHost(entries: Record<string, HostEntry>, init: st
     pid,
     run: argv => execFileSync('nsenter', ['--target', String(pid), '--mount', '--', ...argv], { encoding: 'utf8', env: { PATH: '/usr/bin' } }),
     stop: async () => {
-      // Every process of the host's namespace: its init and whatever that started (containerd).
-      for (const p of processesIn(namespace)) {
-        try {
-          process.kill(p, 'SIGKILL');
-        } catch {
-          // gone already
+      // Every process of the host's namespace: its init and whatever that started (containerd),
+      // killed again on each look: an init loop that restarts containerd (the k3s stand-in) can
+      // fork between the listing and its own kill, and /proc lists by pid, not by age.
+      const killAll = () => {
+        const left = processesIn(namespace);
+        for (const p of left) {
+          try {
+            process.kill(p, 'SIGKILL');
+          } catch {
+            // gone already
+          }
         }
-      }
-      await eventually(async () => processesIn(namespace).length === 0, 10_000, () => 'the fake host\'s processes did not exit');
+        return left;
+      };
+      await eventually(async () => killAll().length === 0, 10_000,
+        () => `the fake host's processes did not exit: ${processesIn(namespace).map(describeProcess).join(', ')}`);
       fs.rmSync(root, { recursive: true, force: true });
     },
   };
+}
+
+/** pid, command and state (for a process stuck in D, the reason it outlives SIGKILL). */
+function describeProcess(pid: number): string {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return `${pid} ${stat.slice(stat.indexOf('('), stat.lastIndexOf(')') + 1)} ${stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]}`;
+  } catch {
+    return `${pid} (gone)`;
+  }
 }
 
 function processesIn(namespace: string): number[] {
