@@ -90,19 +90,27 @@ export function otherClaim(annotations: Readonly<Record<string, string>>, shim: 
  * gather window of their own (the agent passes --set-gather=0): they all announce themselves
  * at once, and the last to write its change restarts containerd for all. The controller
  * admits the requests one change causes (Shims deleted together, the gates a drift check
- * dropped) within one pass interval of each other (the request says it: passIntervalMs), so
- * the agent waits that long and GATHER_MARGIN_MS more after the last; at most twice that (and
- * GATHER_MAX_EXTRA_MS) after the first, so that a steady trickle does not hold them for ever.
+ * dropped, a node's agent becoming Ready) within one pass interval and one pass's own time of
+ * each other (the requests say both: passIntervalMs, slowestPassMs), so the agent waits that
+ * long and GATHER_MARGIN_MS more after the last; at most twice that (and GATHER_MAX_EXTRA_MS)
+ * after the first, so that a steady trickle does not hold them for ever.
  */
-export function gatherWindow(passIntervalMs: number | undefined): { quietMs: number; maxMs: number } {
-  const quietMs = Math.max(passIntervalMs ?? DEFAULT_PASS_INTERVAL_MS, 0) + GATHER_MARGIN_MS;
+export function gatherWindow(requests: readonly Pick<AdmittedRequest, 'passIntervalMs' | 'slowestPassMs'>[]): { quietMs: number; maxMs: number } {
+  const interval = Math.max(0, ...requests.map(r => r.passIntervalMs ?? DEFAULT_PASS_INTERVAL_MS));
+  const pass = Math.min(GATHER_SLOW_PASS_CAP_MS, Math.max(0, ...requests.map(r => r.slowestPassMs ?? 0)));
+  const quietMs = interval + pass + GATHER_MARGIN_MS;
   return { quietMs, maxMs: 2 * quietMs + GATHER_MAX_EXTRA_MS };
 }
 /** What a controller that does not say its pass interval is assumed to use (its least). */
 const DEFAULT_PASS_INTERVAL_MS = 1000;
-/** A reconcile's own time, on a loaded controller, beyond the pass interval. */
+/** A reconcile's own time beyond what the controller measured of its recent passes. */
 const GATHER_MARGIN_MS = 500;
 const GATHER_MAX_EXTRA_MS = 1000;
+/**
+ * The most a slow pass adds to the wait: a controller whose passes take longer (a rollout over
+ * thousands of nodes writes its requests for a while) delays each change set no more than this.
+ */
+const GATHER_SLOW_PASS_CAP_MS = 10_000;
 
 /**
  * One installer run in this process (no process start, as a Job's pod has): `argv` is the
@@ -264,19 +272,22 @@ export class NodeAgent {
     // one change set (one containerd restart).
     this.firstArrival ??= Date.now();
     if (this.gatherTimer) clearTimeout(this.gatherTimer);
-    const interval = Math.max(...[...this.arriving.values()].map(a => a.admitted.passIntervalMs ?? DEFAULT_PASS_INTERVAL_MS));
-    const { quietMs, maxMs } = gatherWindow(interval);
+    const { quietMs, maxMs } = gatherWindow([...this.arriving.values()].map(a => a.admitted));
     const wait = Math.max(0, Math.min(quietMs, this.firstArrival + maxMs - Date.now()));
     this.gatherTimer = setTimeout(() => this.startArrived(), wait);
   }
 
   /** Starts every request gathered: at once, so that the installers' change set takes them all (one restart). */
   private startArrived(): void {
+    const gatheredMs = this.firstArrival === undefined ? 0 : Date.now() - this.firstArrival;
     this.gatherTimer = undefined;
     this.firstArrival = undefined;
     const arrived = [...this.arriving.values()];
     this.arriving.clear();
     if (this.stopped) return;
+    // Which requests made one change set, and how long they were gathered: a node that restarts
+    // containerd twice for one change shows here which request came too late.
+    this.log.info(`starting ${arrived.length} request(s) together`, { shims: arrived.map(a => a.shim), gatheredMs, ...gatherWindow(arrived.map(a => a.admitted)) });
     for (const { shim, admitted } of arrived) {
       // One Shim's requests run one after the other: the controller may withdraw a request the
       // agent has taken but not yet reported (its node went NotReady) and admit another later.

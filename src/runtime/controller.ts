@@ -7,6 +7,7 @@ import { Handlers, Informer } from './informer';
 import { CreatedJob, ObservedJob } from './job-judgement';
 import { ANNOTATION_SHIM, installerJob, JobSettings, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY, observeJob } from './jobs';
 import { Metrics } from './metrics';
+import { PassDurations } from './pass-durations';
 import { FINALIZER, planPass } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
@@ -57,6 +58,8 @@ export class Controller {
    * next pass anyway.
    */
   readonly queue = new WorkQueue(200, 60_000, () => this.passIntervalMs());
+  /** How long passes took lately: the node agents wait that much longer for a change's requests (see AdmittedRequest). */
+  private readonly passDurations = new PassDurations();
   private shims!: Informer<ShimObject>;
   /** Every Node as the planner sees it: read whole (install mode Jobs), or composed (AgentNodeViews). */
   private nodes!: NodeCache;
@@ -333,6 +336,7 @@ export class Controller {
       this.metrics.queueDepth.set(this.queue.depth);
       const started = process.hrtime.bigint();
       const seconds = () => Number(process.hrtime.bigint() - started) / 1e9;
+      const pass = this.passDurations.begin(Date.now());
       try {
         await this.reconcile(key);
         this.queue.forget(key);
@@ -344,6 +348,7 @@ export class Controller {
         this.metrics.reconcileDuration.observe({ result: 'error' }, seconds());
         this.log.warn('reconcile failed, retrying', { shim: key, error: (e as Error).message, retryInMs: delay });
       } finally {
+        pass.end(Date.now());
         this.queue.done(key);
       }
     }
@@ -506,7 +511,8 @@ export class Controller {
       }
       case 'createJob': {
         if (this.agentMode) {
-          const text = JSON.stringify(admittedRequest(this.settings, shim, action.job, new Date().toISOString(), this.passIntervalMs()));
+          const pacing = { passIntervalMs: this.passIntervalMs(), slowestPassMs: this.passDurations.slowest(Date.now()) };
+          const text = JSON.stringify(admittedRequest(this.settings, shim, action.job, new Date().toISOString(), pacing));
           await this.setRequest(action.job.node, name, text);
         } else {
           try {
