@@ -2,6 +2,7 @@ import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import { buildSync } from 'esbuild';
+import { nodeFlagsOf } from './dockerfile';
 import { buildOciImage, LayerFile } from './oci-image';
 import { NODE_24 } from './tools';
 
@@ -61,7 +62,7 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
     name: CONTROLLER_IMAGE,
     files: [...node, { source: path.join(dir, 'rcm-controller.js'), target: '/usr/local/lib/rcm/rcm-controller.js', mode: 0o644 }],
     directories: ['/tmp'],
-    entrypoint: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-controller.js'],
+    entrypoint: ['/usr/local/bin/node', ...nodeFlagsOf('controller'), '/usr/local/lib/rcm/rcm-controller.js'],
     cmd: ['--help'],
     user: '65532:65532',
   }, controller);
