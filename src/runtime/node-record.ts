@@ -87,6 +87,11 @@ export function fold(record: NodeRecord, finished: readonly JobView[], context: 
   let { installed, failure } = record;
   for (const job of [...finished].sort(byFinish)) {
     if (job.phase === 'failed' && failure && isFailureOf(failure, job)) continue; // recorded already, with its retry token
+    // The agent wrote this success's record with its outcome, in the same node write: the node
+    // holds it, or what changed since (a drift check that took the handler away). Folding it in
+    // again would put back a gate the agent took away (I1), as a controller that has just
+    // started and still sees the old request would.
+    if (job.phase === 'succeeded' && job.recordedByAgent) continue;
     // A success ends the failure of that operation on that handler, whatever revision failed.
     const endsFailure = failure && failure.operation === job.operation && failure.handler === job.handler;
     if (job.phase === 'succeeded') {

@@ -1153,6 +1153,24 @@ describe('install mode NodeAgent: the agent writes the record of a success with 
     expect(kinds(actions, 'writeNode')[0]).toMatchObject({ labels: { [KEYS.handler]: null, [KEYS.state]: 'uninstalling' } });
   });
 
+  test('a success the agent recorded is not folded in again: a gate a drift check took away since stays away (a controller just started)', () => {
+    // GIVEN a request the agent carried out and recorded with its outcome
+    const s = shim();
+    const [admit] = kinds(run({ shim: s, nodes: [agentNode('a')], installMode: 'agent' }).actions, 'createJob');
+    const recorded = patched(agentNode('a'), admit.job.recordOnSuccess!);
+    expect(recorded.labels[KEYS.handler]).toBe('spin');
+    // AND since then the agent's drift check took the gate, the state and the handler's entry away
+    const drifted = patched(recorded, { labels: { [KEYS.handler]: null, [KEYS.state]: null }, annotations: { [KEYS.installed]: null } });
+    // WHEN a controller that has just started still sees the old request with its recorded success
+    const done: JobView = { ...job('a', s, 'succeeded', 'install', { name: admit.job.name }), recordedByAgent: true, announced: true };
+    const { actions } = run({ shim: s, nodes: [drifted], jobs: [done], installMode: 'agent' });
+    // THEN it writes no gate back (I1: the handler is not verified with what changed on the node)
+    expect(kinds(actions, 'writeNode').filter(w => w.labels?.[KEYS.handler] !== undefined && w.labels[KEYS.handler] !== null)).toEqual([]);
+    // AND it withdraws the old request and admits the install again
+    expect(kinds(actions, 'deleteJob').map(d => d.name)).toEqual([admit.job.name]);
+    expect(created(actions)).toEqual(['a:install:spin']);
+  });
+
   test('install mode Jobs: a Job carries no record (the controller writes it on the Job\'s success)', () => {
     const [admit] = kinds(run({ shim: shim(), nodes: [node('a')] }).actions, 'createJob');
     expect(admit.job.recordOnSuccess).toBeUndefined();
