@@ -67,6 +67,10 @@ export async function startFakeHost(entries: Record<string, HostEntry>, init: st
   await eventually(async () => fs.existsSync(path.join(root, 'run/.fake-host-ready')), 10_000, () => `the fake host did not boot: ${stderr}`);
   const pid = child.pid!;
   const namespace = fs.readlinkSync(`/proc/${pid}/ns/mnt`);
+  // Held open until the host is stopped: a mount namespace's number is reused once the
+  // namespace is gone, and a stop that looks again for its processes must not find another
+  // host's (one booting in a parallel test file) under the same number.
+  const namespaceFd = fs.openSync(`/proc/${pid}/ns/mnt`, 'r');
   return {
     root,
     pid,
@@ -86,8 +90,12 @@ export async function startFakeHost(entries: Record<string, HostEntry>, init: st
         }
         return left;
       };
-      await eventually(async () => killAll().length === 0, 10_000,
-        () => `the fake host's processes did not exit: ${processesIn(namespace).map(describeProcess).join(', ')}`);
+      try {
+        await eventually(async () => killAll().length === 0, 10_000,
+          () => `the fake host's processes did not exit: ${processesIn(namespace).map(describeProcess).join(', ')}`);
+      } finally {
+        fs.closeSync(namespaceFd);
+      }
       fs.rmSync(root, { recursive: true, force: true });
     },
   };
