@@ -21,7 +21,7 @@
 // RCM_BENCH_KEEP=1 keeps the work folder (the controllers' logs); RCM_BENCH_NODE_FLAGS='...'
 // runs the controllers with these node flags (e.g. V8 heap settings) instead of those of
 // images/Dockerfile (RCM_BENCH_STDOUT=<file> keeps the controller's stdout, where --trace-gc
-// writes), and RCM_BENCH_BEFORE_NODE_FLAGS
+// writes; its environment is always that of images/Dockerfile), and RCM_BENCH_BEFORE_NODE_FLAGS
 // the one of RCM_BENCH_BEFORE with its own (the same code twice then compares two settings); RCM_BENCH_HEARTBEAT_SECONDS=300
 // posts each node's status every 5 minutes (a 1.20 kubelet's default) instead of every minute.
 import { ChildProcess, execFileSync, spawn } from 'child_process';
@@ -34,7 +34,7 @@ import { InstallMode, RuntimeClassManager } from '../src';
 import { REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR } from '../src/shared/agent-protocol';
 import { createAgentPod } from '../test/support/agent-pods';
 import { ControlPlane, freePort, startControlPlane } from '../test/support/control-plane';
-import { nodeFlagsOf } from '../test/support/dockerfile';
+import { environmentOf, nodeFlagsOf } from '../test/support/dockerfile';
 import { eventually, Rest } from '../test/support/rest';
 import { NODE_24 } from '../test/support/tools';
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -76,18 +76,31 @@ async function waitExit(child: ChildProcess): Promise<void> {
 const NODE = fs.existsSync(NODE_24) ? NODE_24 : process.execPath;
 
 /**
+ * What images/Dockerfile of `revision` says (`read` applied to its text), or of this tree
+ * without one; `fallback` for a revision from before the Dockerfile or from before what is read.
+ */
+function ofDockerfile<T>(revision: string | undefined, read: (text?: string) => T, fallback: T): T {
+  if (revision === undefined) return read();
+  try {
+    return read(execFileSync('git', ['show', `${revision}:images/Dockerfile`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+  } catch {
+    return fallback;
+  }
+}
+
+/**
  * The node flags of the controller of `revision` (this tree's without one): RCM_BENCH_BEFORE_NODE_FLAGS
  * or RCM_BENCH_NODE_FLAGS where given, else those its images/Dockerfile starts it with.
  */
 function controllerNodeFlags(revision?: string): string[] {
   const given = (revision !== undefined ? process.env.RCM_BENCH_BEFORE_NODE_FLAGS : undefined) ?? process.env.RCM_BENCH_NODE_FLAGS;
   if (given !== undefined) return given.split(' ').filter(Boolean);
-  if (revision === undefined) return nodeFlagsOf('controller');
-  try {
-    return nodeFlagsOf('controller', execFileSync('git', ['show', `${revision}:images/Dockerfile`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
-  } catch {
-    return []; // a revision from before the Dockerfile, or whose controller stage had no node flags form
-  }
+  return ofDockerfile(revision, text => nodeFlagsOf('controller', text), []);
+}
+
+/** The environment images/Dockerfile of `revision` (this tree's without one) gives the controller. */
+function controllerEnvironment(revision?: string): Record<string, string> {
+  return ofDockerfile(revision, text => environmentOf('controller', text), {});
 }
 
 /** The controller bundle of a git revision, built from that revision's sources with today's node_modules. */
@@ -239,13 +252,14 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   const metricsPort = await freePort();
   const start = Date.now();
   const profile = process.env.RCM_BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.RCM_BENCH_PROFILE}`] : [];
-  const nodeFlags = controllerNodeFlags(bundle.includes('rcm-controller-') ? BEFORE : undefined);
+  const revision = bundle.includes('rcm-controller-') ? BEFORE : undefined;
+  const nodeFlags = controllerNodeFlags(revision);
   const controller = spawn(NODE, [...nodeFlags, ...profile, bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
     `--metrics-bind-address=127.0.0.1:${metricsPort}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`, '--log-format=json', '--workers=4',
     // The client-side limit is raised so that the rollout's pace is the kubelet stand-in's.
     ...(bundle.includes('rcm-controller-') ? [] : ['--kube-api-qps=1000', '--kube-api-burst=2000']),
     ...(mode === 'agent' ? ['--install-mode=agent'] : [])],
-  { stdio: ['ignore', process.env.RCM_BENCH_STDOUT ? fs.openSync(process.env.RCM_BENCH_STDOUT, 'a') : 'ignore', fs.openSync(log, 'a')] });
+  { stdio: ['ignore', process.env.RCM_BENCH_STDOUT ? fs.openSync(process.env.RCM_BENCH_STDOUT, 'a') : 'ignore', fs.openSync(log, 'a')], env: { ...process.env, ...controllerEnvironment(revision) } });
   const stop = mode === 'agent' ? finishAgentRequests(admin) : finishInstallers(admin);
   // The reading half of the floor: the same watches, read by a process that only splits them into events.
   const reader = spawn(NODE, ['bench/plain-watcher.js', cp.server, cp.adminToken, cp.caFile, NS, mode], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -374,7 +388,7 @@ async function main(): Promise<void> {
       const { nodes, plain, now, before, requestsOnly } = { nodes: size, ...await measure(size, work, mode, BEFORE) };
       results.push({ nodes, mode, plain, now, before });
       console.log(`\n${nodes} realistic nodes, install mode ${mode}, ${SHIMS.length} Shims, rolling 10%, heartbeats ${HEARTBEAT_SECONDS === 60 ? 'once a minute' : `every ${HEARTBEAT_SECONDS} s`} per node`);
-      console.log(`every process on Node.js ${execFileSync(NODE, ['--version'], { encoding: 'utf8' }).trim()}; the controller with node flags [${controllerNodeFlags().join(' ')}]`);
+      console.log(`every process on Node.js ${execFileSync(NODE, ['--version'], { encoding: 'utf8' }).trim()}; the controller with node flags [${controllerNodeFlags().join(' ')}] and environment ${JSON.stringify(controllerEnvironment())}`);
       console.log(`${''.padEnd(24)}${'plain loop'.padStart(11)}${'controller'.padStart(11)}${'ratio'.padStart(8)}${before ? `${`before (${BEFORE})`.padStart(18)}${'ratio'.padStart(8)}` : ''}`);
       const row = (what: string, pick: (f: Figures) => number, digits = 2) => console.log(what.padEnd(24) + cell(pick(plain), digits) + cell(pick(now), digits)
         + `${(pick(now) / pick(plain)).toFixed(2)}x`.padStart(8) + (before ? cell(pick(before), digits).padStart(18) + `${(pick(before) / pick(plain)).toFixed(2)}x`.padStart(8) : ''));

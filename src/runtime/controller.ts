@@ -5,7 +5,7 @@ import { AgentNodeViews } from './agent-node-views';
 import { admittedRequest, observeRequests } from './agent-requests';
 import { Handlers, Informer } from './informer';
 import { CreatedJob, ObservedJob } from './job-judgement';
-import { ANNOTATION_SHIM, installerJob, JobSettings, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY, observeJob } from './jobs';
+import { ANNOTATION_SHIM, installerJob, JobObserver, JobSettings, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
 import { Metrics } from './metrics';
 import { PassDurations } from './pass-durations';
 import { FINALIZER, planPass } from './planner';
@@ -69,6 +69,7 @@ export class Controller {
   private readonly requestWrites = new Map<string, Promise<void>>();
   private jobs?: Informer<SlimJob>;
   private pods?: Informer<SlimPod>;
+  private readonly jobObserver = new JobObserver<SlimJob, SlimPod>();
   private runtimeClasses!: Informer<any>;
   private readonly informers: { stop(): void }[] = [];
   private resync?: NodeJS.Timeout;
@@ -354,20 +355,10 @@ export class Controller {
     }
   }
 
-  /** What the caches show of every installer Job, with its own pods (matched by the Job's uid, not its reusable name). */
+  /** What the caches show of every installer Job, with its own pods (jobs.ts, JobObserver). */
   private observedJobs(): ObservedJob[] {
     if (this.agentMode) return observeRequests(this.nodes.list(), (node, shim, request) => this.agentViews!.requests.announced(node, shim, request));
-    const podsByJob = new Map<string, any[]>();
-    for (const pod of this.pods!.list()) {
-      const uid = pod.metadata?.labels?.['controller-uid'] ?? pod.metadata?.labels?.['batch.kubernetes.io/controller-uid'];
-      if (uid) podsByJob.set(uid, [...(podsByJob.get(uid) ?? []), pod]);
-    }
-    const observed: ObservedJob[] = [];
-    for (const job of this.jobs!.list()) {
-      const facts = observeJob(job, podsByJob.get(job.metadata.uid) ?? []);
-      if (facts) observed.push(facts);
-    }
-    return observed;
+    return this.jobObserver.observe(this.jobs!.list(), this.pods!.list());
   }
 
   private runtimeClassViews(shim: ShimObject): RuntimeClassView[] {

@@ -111,7 +111,7 @@ export function judgeJobs(observed: readonly ObservedJob[], writes: OwnWrites, n
     listed.add(name);
     if (o.kind === 'job' || !deleted.has(name)) shown.add(name);
     if (deleted.has(name)) continue;
-    views.push(o.kind === 'job' ? judgeJob(o, nowMs) : judgeRequest(o, nowMs));
+    views.push(o.kind === 'job' ? judgedOnce(o, nowMs) : judgeRequest(o, nowMs));
   }
   const settledCreated: string[] = [];
   for (const created of writes.created) {
@@ -120,6 +120,20 @@ export function judgeJobs(observed: readonly ObservedJob[], writes: OwnWrites, n
   }
   // A deletion is complete once the cache no longer shows the Job.
   return { views, settled: { created: settledCreated, deleted: writes.deleted.filter(name => !listed.has(name)) } };
+}
+
+/**
+ * What judgeJob gave for the facts of a Job without a failure, kept per facts object: only a
+ * failure's judgement reads the clock (the wait for its pod's result), and the facts of a Job
+ * that did not change are the same object from pass to pass (jobs.ts, JobObserver).
+ */
+const judgedWithoutFailure = new WeakMap<ObservedInstallerJob, JobView>();
+
+function judgedOnce(job: ObservedInstallerJob, nowMs: number): JobView {
+  if (job.failed) return judgeJob(job, nowMs);
+  let view = judgedWithoutFailure.get(job);
+  if (!view) judgedWithoutFailure.set(job, view = judgeJob(job, nowMs));
+  return view;
 }
 
 /** A Job just created, until the cache shows it: running, not started. */

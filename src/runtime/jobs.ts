@@ -216,3 +216,39 @@ export function observeJob(job: any, pods: any[]): ObservedInstallerJob | undefi
     started: pods.some(p => p.status?.startTime !== undefined || (p.status?.phase !== undefined && p.status.phase !== 'Pending')),
   };
 }
+
+const NO_PODS: readonly object[] = [];
+
+/**
+ * Every installer Job the caches show, observed with its own pods (matched by the Job's uid,
+ * not its reusable name), remembering the facts of each Job object with the pod objects they
+ * came from. Every pass of every Shim observes every Job, and the caches keep an object until
+ * something the controller reads in it changes: at 5,000 nodes most Jobs of a pass were
+ * observed, unchanged, by the pass before.
+ */
+export class JobObserver<J extends { metadata: { uid: string } }, P extends { metadata?: { labels?: Record<string, string> } }> {
+  private readonly known = new WeakMap<J, { pods: readonly P[]; facts: ObservedInstallerJob | undefined }>();
+
+  observe(jobs: readonly J[], pods: readonly P[]): ObservedInstallerJob[] {
+    const podsByJob = new Map<string, P[]>();
+    for (const pod of pods) {
+      const uid = pod.metadata?.labels?.['controller-uid'] ?? pod.metadata?.labels?.['batch.kubernetes.io/controller-uid'];
+      if (!uid) continue;
+      const own = podsByJob.get(uid);
+      if (own) own.push(pod);
+      else podsByJob.set(uid, [pod]);
+    }
+    const observed: ObservedInstallerJob[] = [];
+    for (const job of jobs) {
+      const own = podsByJob.get(job.metadata.uid) ?? (NO_PODS as readonly P[]);
+      let entry = this.known.get(job);
+      if (!entry || !sameObjects(entry.pods, own)) this.known.set(job, entry = { pods: own, facts: observeJob(job, own as P[]) });
+      if (entry.facts) observed.push(entry.facts);
+    }
+    return observed;
+  }
+}
+
+function sameObjects(a: readonly object[], b: readonly object[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}

@@ -59,6 +59,22 @@ describe('an installer Job, judged at the pass\'s now', () => {
   });
 });
 
+describe('a pass judges the facts it was given before, again, only where the clock matters', () => {
+  test('GIVEN the same facts of a Job without a failure WHEN two passes judge them THEN the second gives the first one\'s view', () => {
+    const facts: ObservedInstallerJob = { ...RUNNING };
+    const [first] = judgeJobs([facts], NO_WRITES, T0).views;
+    const [second] = judgeJobs([facts], NO_WRITES, T0 + 3_600_000).views;
+    expect(second).toBe(first);
+    expect(second).toEqual(judgeJob(facts, T0 + 3_600_000));
+  });
+
+  test('GIVEN the same facts of a failed Job WHEN the wait for its pod\'s result ends between two passes THEN the second judges it anew', () => {
+    const facts: ObservedInstallerJob = { ...RUNNING, ...FAILED };
+    expect(judgeJobs([facts], NO_WRITES, T0 + 1_000).views[0]).toMatchObject({ phase: 'running' });
+    expect(judgeJobs([facts], NO_WRITES, T0 + POD_RESULT_WAIT_MS).views[0]).toMatchObject({ phase: 'failed', result: { reason: 'InstallerFailed' } });
+  });
+});
+
 describe('what this controller wrote that the caches do not show yet', () => {
   const request = { name: 'rcm-spin-i-2', node: 'n2', operation: 'install' as const, handler: 'spin', revision: 'r1', attempt: 1, batch: 'b2', artifact: { location: 'https://e.com/spin.tgz', sha256: 'a'.repeat(64) } };
   const created: CreatedJob = { job: request, shimUid: 'u1', at: at(0) };

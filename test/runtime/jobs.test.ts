@@ -1,5 +1,5 @@
 import { judgeJob } from '../../src/runtime/job-judgement';
-import { ARTIFACT_FILE, installerJob, observeJob } from '../../src/runtime/jobs';
+import { ARTIFACT_FILE, installerJob, JobObserver, observeJob } from '../../src/runtime/jobs';
 
 // From a Job and its pods (as the caches hold them) to what the planner sees: the facts
 // observeJob takes, judged as the planner does at `now`.
@@ -30,6 +30,45 @@ test('a failed Job whose pod has not reached the cache yet waits for the install
 test('a Job that failed for want of a pod (deadline) is judged at once', () => {
   const deadline = job({ conditions: [{ type: 'Failed', status: 'True', reason: 'DeadlineExceeded', message: 'Job was active longer than specified deadline', lastTransitionTime: '2026-11-22T00:00:00Z' }] });
   expect(jobView(deadline, [], T0 + 1000)).toMatchObject({ phase: 'failed', result: { message: expect.stringMatching(/^DeadlineExceeded/) } });
+});
+
+describe('observing every Job of a pass (JobObserver)', () => {
+  const ownPod = (status: object) => ({ metadata: { name: 'rcm-spin-i-1-x', labels: { 'controller-uid': 'j1' } }, status });
+  const running = job({});
+  const startedPod = ownPod({ phase: 'Running', startTime: '2026-11-22T00:00:00Z' });
+
+  test('GIVEN Jobs and pods as the caches keep them WHEN nothing changed THEN the facts of the pass before are given again', () => {
+    const observer = new JobObserver<any, any>();
+    const other = { ...job({}), metadata: { ...running.metadata, name: 'rcm-wasmtime-i-1', uid: 'j2' } };
+    const first = observer.observe([running, other], [startedPod]);
+    expect(first).toEqual([observeJob(running, [startedPod]), observeJob(other, [])]);
+    const second = observer.observe([running, other], [startedPod]);
+    expect(second[0]).toBe(first[0]);
+    expect(second[1]).toBe(first[1]);
+  });
+
+  test('GIVEN a Job observed once WHEN its pod or the Job itself is a new object THEN its facts are taken again', () => {
+    const observer = new JobObserver<any, any>();
+    const [before] = observer.observe([running], [startedPod]);
+    expect(before).toMatchObject({ started: true, podsEnded: 0 });
+    // the pod's update: a new object in the cache
+    const ended = ownPod({ phase: 'Succeeded', startTime: '2026-11-22T00:00:00Z', containerStatuses: [{ state: { terminated: { message: '{"outcome":"installed"}' } } }] });
+    const [afterPod] = observer.observe([running], [ended]);
+    expect(afterPod).toMatchObject({ podsEnded: 1, terminated: { message: '{"outcome":"installed"}' } });
+    // the Job's update, the same pod
+    const done = job({ succeeded: 1 });
+    const [afterJob] = observer.observe([done], [ended]);
+    expect(afterJob).toMatchObject({ succeeded: true, podsEnded: 1 });
+    // a pod gone from the cache
+    expect(observer.observe([done], [])[0]).toMatchObject({ pods: 0, podsEnded: 0 });
+  });
+
+  test('a Job that does not say what it is stays out, and a pod without its Job\'s uid belongs to none', () => {
+    const observer = new JobObserver<any, any>();
+    const stranger = { metadata: { name: 'other', uid: 'j9', labels: {}, annotations: {} }, status: {} };
+    const orphan = { metadata: { name: 'p', labels: {} }, status: { phase: 'Running' } };
+    expect(observer.observe([stranger, running], [orphan])).toEqual([observeJob(running, [])]);
+  });
 });
 
 describe('the installer Job', () => {

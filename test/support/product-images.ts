@@ -2,7 +2,7 @@ import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import { buildSync } from 'esbuild';
-import { nodeFlagsOf } from './dockerfile';
+import { environmentOf, nodeFlagsOf } from './dockerfile';
 import { buildOciImage, LayerFile } from './oci-image';
 import { NODE_24 } from './tools';
 
@@ -48,6 +48,11 @@ function installerCompileCache(bundleFile: string, dir: string): LayerFile[] {
   return files.map(f => ({ source: path.join(lib, 'compile-cache', f), target: `/usr/local/lib/rcm/compile-cache/${f}`, mode: 0o644 }));
 }
 
+/** An image's environment: a PATH for its few binaries, and what images/Dockerfile sets for its stage. */
+function imageEnv(stage: string): string[] {
+  return ['PATH=/bin:/usr/bin', ...Object.entries(environmentOf(stage)).map(([k, v]) => `${k}=${v}`)];
+}
+
 /** Builds both images into `dir`; returns the tarball paths. */
 export async function buildProductImages(dir: string): Promise<{ controller: string; installer: string }> {
   if (!fs.existsSync(NODE_24)) throw new Error(`${NODE_24} is missing: run scripts/provision.sh`);
@@ -62,6 +67,7 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
     name: CONTROLLER_IMAGE,
     files: [...node, { source: path.join(dir, 'rcm-controller.js'), target: '/usr/local/lib/rcm/rcm-controller.js', mode: 0o644 }],
     directories: ['/tmp'],
+    env: imageEnv('controller'),
     entrypoint: ['/usr/local/bin/node', ...nodeFlagsOf('controller'), '/usr/local/lib/rcm/rcm-controller.js'],
     cmd: ['--help'],
     user: '65532:65532',
@@ -77,7 +83,7 @@ export async function buildProductImages(dir: string): Promise<{ controller: str
       { source: path.join(dir, 'rcm-node-agent.js'), target: '/usr/local/lib/rcm/rcm-node-agent.js', mode: 0o644 },
       ...installerCompileCache(path.join(dir, 'rcm-node-installer.js'), dir)],
     directories: ['/tmp'],
-    env: ['PATH=/bin:/usr/bin', 'NODE_COMPILE_CACHE=/usr/local/lib/rcm/compile-cache', 'NODE_COMPILE_CACHE_PORTABLE=1'],
+    env: imageEnv('node-installer'),
     entrypoint: ['/usr/local/bin/node', '/usr/local/lib/rcm/rcm-node-installer.js'],
     cmd: ['--help'],
   }, installer);
