@@ -257,7 +257,7 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   const controller = spawn(NODE, [...nodeFlags, ...profile, bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
     `--metrics-bind-address=127.0.0.1:${metricsPort}`, `--health-probe-bind-address=127.0.0.1:${await freePort()}`, '--log-format=json', '--workers=4',
     // The client-side limit is raised so that the rollout's pace is the kubelet stand-in's.
-    ...(bundle.includes('rcm-controller-') ? [] : ['--kube-api-qps=1000', '--kube-api-burst=2000']),
+    ...(revision !== undefined ? [] : ['--kube-api-qps=1000', '--kube-api-burst=2000']),
     ...(mode === 'agent' ? ['--install-mode=agent'] : [])],
   { stdio: ['ignore', process.env.RCM_BENCH_STDOUT ? fs.openSync(process.env.RCM_BENCH_STDOUT, 'a') : 'ignore', fs.openSync(log, 'a')], env: { ...process.env, ...controllerEnvironment(revision) } });
   const stop = mode === 'agent' ? finishAgentRequests(admin) : finishInstallers(admin);
