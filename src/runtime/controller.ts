@@ -319,10 +319,7 @@ export class Controller {
       decode: read.protobuf,
       metadataOnly: read.metadataOnly,
       unchanged: read.keepsEqual ? samePlain : undefined,
-      onReceived: bytes => {
-        this.metrics.watchEvents.inc({ resource });
-        this.metrics.watchBytes.inc({ resource }, bytes);
-      },
+      onReceived: this.metrics.receivedOn(resource),
       onError: e => this.log.warn('watch failed, restarting', { path, error: String((e as Error)?.message ?? e) }),
     }, handlers);
     this.informers.push(informer);

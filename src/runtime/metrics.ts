@@ -28,17 +28,54 @@ export class Metrics {
   readonly queueDepth = new Gauge({ name: 'rcm_queue_depth', help: 'Shims waiting in the work queue', registers: [this.registry] });
   readonly rollout = new Gauge({ name: 'rcm_rollout_nodes', help: 'Nodes per Shim by state', labelNames: ['shim', 'state'], registers: [this.registry] });
   readonly apiWrites = new Counter({ name: 'rcm_api_writes_total', help: 'Writes to the API server by verb', labelNames: ['verb'], registers: [this.registry] });
-  readonly watchEvents = new Counter({ name: 'rcm_watch_events_total', help: 'Watch events received by resource', labelNames: ['resource'], registers: [this.registry] });
+  readonly watchEvents = new Counter({
+    name: 'rcm_watch_events_total',
+    help: 'Watch events received by resource',
+    labelNames: ['resource'],
+    registers: [this.registry],
+    collect: () => this.flushReceived(),
+  });
   readonly watchBytes = new Counter({
-    name: 'rcm_watch_bytes_total', help: 'Characters of JSON received on watches by resource (what the controller parses)', labelNames: ['resource'], registers: [this.registry],
+    name: 'rcm_watch_bytes_total',
+    help: 'Characters of JSON received on watches by resource (what the controller parses)',
+    labelNames: ['resource'],
+    registers: [this.registry],
+    collect: () => this.flushReceived(),
   });
   readonly leader = new Gauge({ name: 'rcm_leader', help: '1 when this replica leads', registers: [this.registry] });
+
+  /**
+   * Events and bytes received per resource since the counters were last read. prom-client
+   * makes a key of the labels at every inc(), and every watch event counts: the counters get
+   * the sums when they are scraped.
+   */
+  private readonly received = new Map<string, { events: number; bytes: number }>();
 
   /** Finished Jobs already observed (name and creation time: Job names are reused per attempt). */
   private readonly observedJobs = new Set<string>();
 
   constructor() {
     collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** What counts the events (and their bytes) received on the watch of `resource`. */
+  receivedOn(resource: string): (bytes: number) => void {
+    let tally = this.received.get(resource);
+    if (!tally) this.received.set(resource, tally = { events: 0, bytes: 0 });
+    const counted = tally;
+    return bytes => {
+      counted.events++;
+      counted.bytes += bytes;
+    };
+  }
+
+  private flushReceived(): void {
+    for (const [resource, tally] of this.received) {
+      if (tally.events === 0) continue;
+      this.watchEvents.inc({ resource }, tally.events);
+      this.watchBytes.inc({ resource }, tally.bytes);
+      tally.events = tally.bytes = 0;
+    }
   }
 
   observeRollout(shim: string, status: ShimStatus): void {

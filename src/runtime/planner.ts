@@ -125,7 +125,9 @@ export function platformsOf(spec: ShimSpec): { os: string; arch: string; locatio
 }
 
 export function selects(selector: Record<string, string> | undefined, labels: Record<string, string>): boolean {
-  return Object.entries(selector ?? {}).every(([k, v]) => labels[k] === v);
+  if (!selector) return true;
+  for (const k in selector) if (labels[k] !== selector[k]) return false;
+  return true;
 }
 
 function label(labels: Record<string, string>, keys: string[]): string | undefined {
@@ -414,6 +416,7 @@ export function plan(input: PlanInput): Plan {
   const results: Result[] = [];
   // Everything of this pass that derive() reads besides the node and whether it serves.
   const settings = JSON.stringify([name, deleting, desired?.handler, desired?.revision, retryToken, policy.failureThreshold]);
+  const pass: PassContext = { keys, desired, retryToken, policy, now };
 
   for (const node of byName(input.nodes)) {
     const isSelected = !deleting && matches(node);
@@ -424,7 +427,7 @@ export function plan(input: PlanInput): Plan {
     const running = jobs.length === 0 ? NO_JOBS : jobs.filter(j => j.phase === 'running');
     const finished = jobs.length === 0 ? NO_JOBS : jobs.filter(j => j.phase !== 'running');
     const d = jobs.length === 0
-      ? derivedOnce(node, uid, settings, serving, () => derive(node, keys, NO_JOBS, NO_JOBS, serving, desired, retryToken, policy, now))
+      ? derivedOnce(node, uid, settings, serving, pass)
       : derive(node, keys, running, finished, serving, desired, retryToken, policy, now);
     const { record, step, failure, relevant } = d;
     if (finished.length > 0) results.push(...newResults(node, finished, d.before));
@@ -432,10 +435,9 @@ export function plan(input: PlanInput): Plan {
 
     // Finished Jobs are removed once recorded (I8: the TTL controller is not relied on). The
     // last failed one stays for inspection until it is superseded or no longer relevant.
-    const keep = (j: JobView) => j.phase === 'failed' && record.failure !== undefined && isFailureOf(record.failure, j);
-    const kept = finished.length === 0 ? NO_JOBS : finished.filter(keep);
+    const kept = finished.length === 0 ? NO_JOBS : finished.filter(j => keptFailure(record, j));
     for (const job of finished) {
-      if (job.phase === 'failed' && !keep(job)) actions.push({ kind: 'deleteJob', name: job.name });
+      if (job.phase === 'failed' && !keptFailure(record, job)) actions.push({ kind: 'deleteJob', name: job.name });
       // Succeeded Jobs go in one request per batch (below), after the records that hold their
       // results; one from before batches existed goes by its name, and so does a request whose
       // agent wrote the record with it (recorded already: its result is announced once, now).
@@ -594,16 +596,33 @@ function derive(node: NodeView, keys: RecordKeys, running: readonly JobView[], f
  */
 const derivedByNode = new WeakMap<NodeView, { uid: string; settings: string; serving: boolean; derived: Derived }[]>();
 
-function derivedOnce(node: NodeView, uid: string, settings: string, serving: boolean, compute: () => Derived): Derived {
+/**
+ * What derive() reads of a pass besides the node and whether it serves. One object per pass:
+ * a closure per node instead made thousands of objects a pass (every pass visits every node).
+ */
+interface PassContext {
+  readonly keys: RecordKeys;
+  readonly desired: Omit<Step, 'operation'> | undefined;
+  readonly retryToken: string | undefined;
+  readonly policy: RetryPolicy;
+  readonly now: string;
+}
+
+function derivedOnce(node: NodeView, uid: string, settings: string, serving: boolean, pass: PassContext): Derived {
   let entries = derivedByNode.get(node);
   let known: NonNullable<typeof entries>[number] | undefined;
   for (const e of entries ?? []) if (e.uid === uid) known = e;
   if (known && known.settings === settings && known.serving === serving) return known.derived;
-  const derived = compute();
+  const derived = derive(node, pass.keys, NO_JOBS, NO_JOBS, serving, pass.desired, pass.retryToken, pass.policy, pass.now);
   if (!entries) derivedByNode.set(node, entries = []);
   if (known) Object.assign(known, { settings, serving, derived });
   else entries.push({ uid, settings, serving, derived });
   return derived;
+}
+
+/** The last failed Job of the record's failure stays for inspection (see plan()). */
+function keptFailure(record: NodeRecord, job: JobView): boolean {
+  return job.phase === 'failed' && record.failure !== undefined && isFailureOf(record.failure, job);
 }
 
 /**

@@ -47,16 +47,8 @@ function meta(f: Fields, keepAnnotation: (key: string) => boolean = () => true, 
       case 6: m.resourceVersion = optional(e.text()); break;
       case 8: if (times) m.creationTimestamp = e.time(); break;
       case 9: if (times) m.deletionTimestamp = e.time(); break;
-      case 11: {
-        const [k, v] = e.mapEntry();
-        (m.labels ??= {})[k] = v;
-        break;
-      }
-      case 12: {
-        const [k, v] = e.mapEntry();
-        if (keepAnnotation(k)) (m.annotations ??= {})[k] = v;
-        break;
-      }
+      case 11: m.labels = e.mapEntryInto(m.labels); break;
+      case 12: m.annotations = e.mapEntryInto(m.annotations, keepAnnotation); break;
     }
   }
   return m;

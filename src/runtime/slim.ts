@@ -163,8 +163,16 @@ export function slimRuntimeClass(raw: any): any {
   return { ...raw, metadata };
 }
 
-function changedKeys(a: Record<string, string>, b: Record<string, string>): string[] {
-  return [...new Set([...Object.keys(a), ...Object.keys(b)])].filter(k => a[k] !== b[k]);
+/** Whether a key whose value differs between the two records passes `matters` (no arrays made: every node event asks it per Shim). */
+function someChanged(a: Record<string, string>, b: Record<string, string>, matters: (key: string) => boolean): boolean {
+  for (const k in a) if (a[k] !== b[k] && matters(k)) return true;
+  for (const k in b) if (!(k in a) && matters(k)) return true;
+  return false;
+}
+
+function someKeyStartsWith(record: Record<string, string>, prefix: string): boolean {
+  for (const k in record) if (k.startsWith(prefix)) return true;
+  return false;
 }
 
 /**
@@ -174,8 +182,7 @@ function changedKeys(a: Record<string, string>, b: Record<string, string>): stri
  */
 export function nodeChangeAffects(shim: ShimObject, before: NodeView | undefined, after: NodeView | undefined): boolean {
   const prefix = `${shim.metadata.name}.${ShimNodeLabels.DOMAIN}/`;
-  const ours = (n: NodeView | undefined) => n !== undefined
-    && (Object.keys(n.labels).some(k => k.startsWith(prefix)) || Object.keys(n.annotations).some(k => k.startsWith(prefix)));
+  const ours = (n: NodeView | undefined) => n !== undefined && (someKeyStartsWith(n.labels, prefix) || someKeyStartsWith(n.annotations, prefix));
   const selected = (n: NodeView | undefined) => n !== undefined && selects(shim.spec?.nodeSelector, n.labels);
   const involved = selected(before) || selected(after) || ours(before) || ours(after);
   if (!before || !after) return involved;
@@ -185,5 +192,5 @@ export function nodeChangeAffects(shim: ShimObject, before: NodeView | undefined
   if (!sameList(before.runtimeHandlers, after.runtimeHandlers)) return true;
   // Its own keys; another Shim's record (a handler it may be waiting for); any other label.
   const matters = (k: string) => k.startsWith(prefix) || k.endsWith(INSTALLED) || !k.includes(OUR_ANNOTATIONS);
-  return changedKeys(before.labels, after.labels).some(matters) || changedKeys(before.annotations, after.annotations).some(matters);
+  return someChanged(before.labels, after.labels, matters) || someChanged(before.annotations, after.annotations, matters);
 }

@@ -34,6 +34,24 @@ describe('Metrics', () => {
     ]);
   });
 
+  test('watch events and their bytes are counted per resource, each once, whichever counter is read first', async () => {
+    // GIVEN events received on two watches
+    const m = new Metrics();
+    const nodes = m.receivedOn('nodes');
+    const jobs = m.receivedOn('jobs');
+    nodes(100);
+    nodes(50);
+    jobs(7);
+    const lines = async (metric: string) => (await m.registry.getSingleMetricAsString(metric)).split('\n').filter(l => l.startsWith(`${metric}{`)).sort();
+    // WHEN the bytes are read first, then the events
+    expect(await lines('rcm_watch_bytes_total')).toEqual(['rcm_watch_bytes_total{resource="jobs"} 7', 'rcm_watch_bytes_total{resource="nodes"} 150']);
+    expect(await lines('rcm_watch_events_total')).toEqual(['rcm_watch_events_total{resource="jobs"} 1', 'rcm_watch_events_total{resource="nodes"} 2']);
+    // THEN later events add to the sums, and a second counter for the same watch shares them
+    m.receivedOn('nodes')(10);
+    expect(await lines('rcm_watch_events_total')).toEqual(['rcm_watch_events_total{resource="jobs"} 1', 'rcm_watch_events_total{resource="nodes"} 3']);
+    expect(await lines('rcm_watch_bytes_total')).toEqual(['rcm_watch_bytes_total{resource="jobs"} 7', 'rcm_watch_bytes_total{resource="nodes"} 160']);
+  });
+
   test('each finished Job\'s duration is observed once, by operation and outcome', async () => {
     const m = new Metrics();
     const jobs = [

@@ -31,10 +31,30 @@ test('fields in order, nested messages, fixed-width fields skipped', () => {
   const seen: string[] = [];
   while (f.next()) {
     if (f.no === 1) seen.push(`1=${f.value}`);
-    else if (f.no === 3) seen.push(`3=${f.mapEntry().join(':')}`);
+    else if (f.no === 3) seen.push(`3=${JSON.stringify(f.mapEntryInto(undefined))}`);
     else if (f.no === 5) seen.push(`5=${f.text()}`);
   }
-  expect(seen).toEqual(['1=300', '3=kubernetes.io/os:linux', '5=é']);
+  expect(seen).toEqual(['1=300', '3={"kubernetes.io/os":"linux"}', '5=é']);
+});
+
+test('map entries go into one record, those whose key is not kept are left out, and the cursor goes on after each', () => {
+  const entry = (k: string, v?: string) => str(1, Buffer.from([...str(1, k), ...(v === undefined ? [] : str(2, v))]));
+  const buf = Buffer.from([...entry('a', 'x'), ...entry('skip.me/b', 'y'), ...int(2, 7n), ...entry('c'), ...str(3, 'after')]);
+  const f = new Fields(buf);
+  let into: Record<string, string> | undefined;
+  const seen: string[] = [];
+  while (f.next()) {
+    if (f.no === 1) into = f.mapEntryInto(into, k => !k.startsWith('skip'));
+    else if (f.no === 2) seen.push(`2=${f.value}`);
+    else seen.push(`${f.no}=${f.text()}`);
+  }
+  // THEN an entry without a value is "" (as JSON shows it), and the fields around the entries are read in order
+  expect(into).toEqual({ a: 'x', c: '' });
+  expect(seen).toEqual(['2=7', '3=after']);
+  // AND nothing is made when no entry is kept
+  const none = new Fields(Buffer.from(entry('skip.me/only', 'z')));
+  none.next();
+  expect(none.mapEntryInto(undefined, () => false)).toBeUndefined();
 });
 
 test('a time as the API server writes it in JSON; the zero time (negative seconds) and times past a Date\'s range are absent', () => {

@@ -1,6 +1,7 @@
 // A thin REST client over the API server: the few verbs the controller needs, with the
 // credentials of kube-config.ts (in-cluster or a kubeconfig file).
 import * as https from 'https';
+import * as tls from 'tls';
 import { ClusterAccess } from './kube-config';
 import { Fields, unwrap } from './protobuf';
 
@@ -124,6 +125,20 @@ export class FrameSplitter {
   }
 }
 
+/**
+ * The TLS context of every connection, made once. Given as `ca`, `cert` and `key` instead,
+ * the PEM texts would be part of the agent's name for each request: https.Agent decodes and
+ * joins them into that name about three times a request (a rollout makes tens of thousands),
+ * and makes a context per new connection.
+ */
+function secureContextOf(access: ClusterAccess): tls.SecureContext {
+  try {
+    return tls.createSecureContext({ ca: access.ca, cert: access.cert, key: access.key });
+  } catch (e) {
+    throw new Error(`the API server's CA or the client certificate and key cannot be used: ${(e as Error).message}`);
+  }
+}
+
 export class Kube {
   /**
    * Connections are reused: a TLS handshake (and a new secure context) per request would
@@ -141,9 +156,7 @@ export class Kube {
     this.agent = new https.Agent({
       keepAlive: true,
       maxSockets: 32,
-      ca: access.ca,
-      cert: access.cert,
-      key: access.key,
+      secureContext: secureContextOf(access),
       rejectUnauthorized: !access.insecure,
       ...(access.serverName ? { servername: access.serverName } : {}),
     });

@@ -15,7 +15,7 @@ export class Fields {
   end = 0;
   private pos: number;
 
-  constructor(readonly buf: Buffer, from = 0, private readonly limit = buf.length) {
+  constructor(readonly buf: Buffer, from = 0, private limit = buf.length) {
     this.pos = from;
   }
 
@@ -66,16 +66,42 @@ export class Fields {
     return this.buf.subarray(this.start, this.end);
   }
 
-  /** The field as a `map<string, string>` entry (key = 1, value = 2). */
-  mapEntry(): [string, string] {
+  /**
+   * The field as a `map<string, string>` entry (key = 1, value = 2), put into `into` (made
+   * when it is undefined) when `keep` takes its key; returns `into`. No cursor nor pair is
+   * made, nor a value that is not kept: a Node's labels and annotations are read at every event.
+   */
+  mapEntryInto(into: Record<string, string> | undefined, keep?: (key: string) => boolean): Record<string, string> | undefined {
+    // This cursor reads the entry's fields, then goes back to where it was (a malformed
+    // entry throws, and the cursor is not used again).
+    const pos = this.pos;
+    const limit = this.limit;
+    const no = this.no;
+    const start = this.start;
+    const end = this.end;
+    this.pos = start;
+    this.limit = end;
     let key = '';
-    let value = '';
-    const e = this.nested();
-    while (e.next()) {
-      if (e.no === 1) key = e.text();
-      else if (e.no === 2) value = e.text();
+    let valueStart = 0;
+    let valueEnd = 0;
+    while (this.next()) {
+      if (this.no === 1) {
+        key = this.text();
+      } else if (this.no === 2) {
+        valueStart = this.start;
+        valueEnd = this.end;
+      }
     }
-    return [key, value];
+    this.pos = pos;
+    this.limit = limit;
+    this.no = no;
+    this.start = start;
+    this.end = end;
+    this.value = 0;
+    if (keep && !keep(key)) return into;
+    const record = into ?? {};
+    record[key] = this.buf.toString('utf8', valueStart, valueEnd);
+    return record;
   }
 
   /**
