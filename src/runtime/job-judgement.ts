@@ -101,15 +101,17 @@ function nameOf(observed: ObservedJob): string {
  */
 export function judgeJobs(observed: readonly ObservedJob[], writes: OwnWrites, nowMs: number): { views: JobView[]; settled: SettledWrites } {
   const deleted = new Set(writes.deleted);
+  const createdHere = new Set(writes.created.map(c => c.job.name));
+  // Of the Jobs deleted here, those the cache still lists.
   const listed = new Set<string>();
-  // A Job counts as shown once the cache lists it; a request, once the node record shows it
-  // and it was not withdrawn since.
+  // Of the Jobs created here, those shown: a Job once the cache lists it; a request, once the
+  // node record shows it and it was not withdrawn since. (Only these: a pass judges every Job.)
   const shown = new Set<string>();
   const views: JobView[] = [];
   for (const o of observed) {
     const name = nameOf(o);
-    listed.add(name);
-    if (o.kind === 'job' || !deleted.has(name)) shown.add(name);
+    if (deleted.has(name)) listed.add(name);
+    if (createdHere.has(name) && (o.kind === 'job' || !deleted.has(name))) shown.add(name);
     if (deleted.has(name)) continue;
     views.push(o.kind === 'job' ? judgedOnce(o, nowMs) : judgeRequest(o, nowMs));
   }

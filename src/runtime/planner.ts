@@ -260,18 +260,41 @@ function agentModeProblem(spec: ShimSpec): string | undefined {
 
 const INSTALLED_SUFFIX = `.${ShimNodeLabels.DOMAIN}/installed`;
 
-/** Handlers that other Shims have installed on the node (their records) or are working on (their Jobs). */
-function busyHandlers(node: NodeView, ownInstalledKey: string, otherJobs: JobView[]): Set<string> {
-  const busy = new Set(otherJobs.filter(j => j.phase === 'running').map(j => j.handler));
-  for (const [key, value] of Object.entries(node.annotations)) {
-    if (key === ownInstalledKey || !key.endsWith(INSTALLED_SUFFIX)) continue;
+/**
+ * The handlers each Shim's record on a node lists, by the record's annotation key. Read once
+ * per node object (the caches keep it until the node changes): a pass asks it of every node
+ * due an install, thousands while a rollout is under way.
+ */
+const recordedHandlers = new WeakMap<NodeView, readonly (readonly [string, readonly string[]])[]>();
+
+function handlersRecorded(node: NodeView): readonly (readonly [string, readonly string[]])[] {
+  let known = recordedHandlers.get(node);
+  if (known) return known;
+  const records: [string, string[]][] = [];
+  for (const key in node.annotations) {
+    if (!key.endsWith(INSTALLED_SUFFIX)) continue;
+    const handlers: string[] = [];
     try {
-      for (const entry of JSON.parse(value)) if (typeof entry?.handler === 'string') busy.add(entry.handler);
+      for (const entry of JSON.parse(node.annotations[key])) if (typeof entry?.handler === 'string') handlers.push(entry.handler);
     } catch {
       // another Shim's damaged record: its handler label still guards its node
     }
+    records.push([key, handlers]);
   }
-  return busy;
+  recordedHandlers.set(node, known = records);
+  return known;
+}
+
+/** Whether another Shim has the handler installed on the node (its record) or is working on it (its Job). */
+function handlerBusy(node: NodeView, handler: string, ownInstalledKey: string, otherJobs: readonly JobView[]): boolean {
+  for (const job of otherJobs) if (job.phase === 'running' && job.handler === handler) return true;
+  for (const [key, handlers] of handlersRecorded(node)) if (key !== ownInstalledKey && handlers.includes(handler)) return true;
+  return false;
+}
+
+function someRunning(jobs: readonly JobView[]): boolean {
+  for (const job of jobs) if (job.phase === 'running') return true;
+  return false;
 }
 
 /** The next operation a node needs. */
@@ -418,7 +441,10 @@ export function plan(input: PlanInput): Plan {
   const settings = JSON.stringify([name, deleting, desired?.handler, desired?.revision, retryToken, policy.failureThreshold]);
   const pass: PassContext = { keys, desired, retryToken, policy, now };
 
-  for (const node of byName(input.nodes)) {
+  const nodes = byName(input.nodes);
+  // An indexed loop: plan() is large, and an iterator's result objects were thousands a pass.
+  for (let i = 0; i < nodes.length; i++) {
+    const node = nodes[i];
     const isSelected = !deleting && matches(node);
     const jobs = own.get(node.name) ?? NO_JOBS;
     if (!isSelected && jobs.length === 0 && !hasTrace(node, keys)) continue;
@@ -489,11 +515,12 @@ export function plan(input: PlanInput): Plan {
       if (betweenAttempts) tally.inFlight++;
       continue;
     }
-    if (step.operation === 'install' && busyHandlers(node, keys.installed, others.get(node.name) ?? []).has(step.handler)) {
+    const othersHere = others.get(node.name) ?? NO_JOBS;
+    if (step.operation === 'install' && handlerBusy(node, step.handler, keys.installed, othersHere)) {
       tally.blocked.push(node.name);
       continue;
     }
-    const joins = (others.get(node.name) ?? NO_JOBS).some(j => j.phase === 'running');
+    const joins = someRunning(othersHere);
     const candidate = { node, step, attempt, retry: relevant, joins, supersedes: kept, record, serving };
     candidates[order(candidate)].push(candidate);
   }
