@@ -438,7 +438,7 @@ export function plan(input: PlanInput): Plan {
   let traced = 0;
   const results: Result[] = [];
   // Everything of this pass that derive() reads besides the node and whether it serves.
-  const settings = JSON.stringify([name, deleting, desired?.handler, desired?.revision, retryToken, policy.failureThreshold]);
+  const settings = sameText(uid, JSON.stringify([name, deleting, desired?.handler, desired?.revision, retryToken, policy.failureThreshold]));
   const pass: PassContext = { keys, desired, retryToken, policy, now };
 
   const nodes = byName(input.nodes);
@@ -622,6 +622,21 @@ function derive(node: NodeView, keys: RecordKeys, running: readonly JobView[], f
  * pass visits every node, and in a large fleet most of them are as they were at the last one.
  */
 const derivedByNode = new WeakMap<NodeView, { uid: string; settings: string; serving: boolean; derived: Derived }[]>();
+
+/**
+ * The settings' text of a Shim's last pass, while it does not change: derivedOnce() compares it
+ * for every node, and the same string object compares at once where an equal new one is read
+ * through.
+ */
+const lastSettings = new Map<string, string>();
+
+function sameText(uid: string, text: string): string {
+  const last = lastSettings.get(uid);
+  if (last === text) return last;
+  if (lastSettings.size > 1000) lastSettings.clear(); // Shims come and go: bounded
+  lastSettings.set(uid, text);
+  return text;
+}
 
 /**
  * What derive() reads of a pass besides the node and whether it serves. One object per pass:

@@ -68,6 +68,9 @@ test('a time as the API server writes it in JSON; the zero time (negative second
   // AND a time past what a Date can hold (year 275760) is absent, not an exception
   expect(time(253402300799n)).toBe('9999-12-31T23:59:59Z');
   expect(time(9_000_000_000_000n)).toBeUndefined();
+  // AND a time read again (times are kept written out) is the same text
+  expect(time(1795344016n)).toBe('2026-11-22T10:40:16Z');
+  expect(time(1795344017n)).toBe('2026-11-22T10:40:17Z');
 });
 
 test('damaged input is refused, not misread', () => {

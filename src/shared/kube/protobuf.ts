@@ -116,8 +116,14 @@ export class Fields {
     // A negative int64 arrives as a ten-byte varint: a number of 2^63 or more here. Beyond
     // 8.64e12 seconds a Date is invalid (and toISOString would throw).
     if (seconds <= 0 || seconds > 8.64e12) return undefined;
-    // Whole seconds, as the API server writes them in JSON: drop toISOString's ".000".
-    return `${new Date(seconds * 1000).toISOString().slice(0, -5)}Z`;
+    let text = TIMES.get(seconds);
+    if (text === undefined) {
+      // Whole seconds, as the API server writes them in JSON: drop toISOString's ".000".
+      text = `${new Date(seconds * 1000).toISOString().slice(0, -5)}Z`;
+      if (TIMES.size >= MAX_TIMES) TIMES.clear();
+      TIMES.set(seconds, text);
+    }
+    return text;
   }
 
   private varint(): number {
@@ -139,6 +145,14 @@ export class Fields {
   }
 }
 
+/**
+ * Times already written out, by their seconds: a rollout's events carry the same few times
+ * over and over (a Job's creation, its pod's start), and a Date and two strings per time and
+ * event added up. Emptied when full.
+ */
+const TIMES = new Map<number, string>();
+const MAX_TIMES = 4096;
+
 /** The `k8s\0` prefix of every object the API server encodes as protobuf. */
 const MAGIC = [0x6b, 0x38, 0x73, 0x00];
 
@@ -147,7 +161,7 @@ const MAGIC = [0x6b, 0x38, 0x73, 0x00];
  * (typeMeta = 1, raw = 2).
  */
 export function unwrap(buf: Buffer): Buffer {
-  if (buf.length < 4 || MAGIC.some((b, i) => buf[i] !== b)) throw new Error('protobuf: not a Kubernetes protobuf object (no k8s magic)');
+  if (buf.length < 4 || buf[0] !== MAGIC[0] || buf[1] !== MAGIC[1] || buf[2] !== MAGIC[2] || buf[3] !== MAGIC[3]) throw new Error('protobuf: not a Kubernetes protobuf object (no k8s magic)');
   const f = new Fields(buf, 4);
   while (f.next()) if (f.no === 2) return f.bytes();
   return buf.subarray(0, 0);
