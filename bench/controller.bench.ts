@@ -17,6 +17,9 @@
 // the node's requests ConfigMap and one label patch per node and Shim.
 //
 // Diagnostics: RCM_BENCH_PROFILE=<dir> writes the controller's CPU profile there;
+// RCM_BENCH_ALLOCATIONS=<file> what the controller allocates during the rollout (V8's sampling
+// heap profiler over the inspector, objects the collector freed included: a .heapprofile that
+// Chrome DevTools' Memory tab opens; the bench's Node.js needs a global WebSocket, 22 or later);
 // RCM_BENCH_THREADS=1 prints its CPU per thread (main thread vs. GC helpers) and heap;
 // RCM_BENCH_KEEP=1 keeps the work folder (the controllers' logs); RCM_BENCH_NODE_FLAGS='...'
 // runs the controllers with these node flags (e.g. V8 heap settings) instead of those of
@@ -248,10 +251,47 @@ function finishAgentRequests(admin: Rest): () => void {
   return () => { stopped = true; watch?.stop(); };
 }
 
+/**
+ * Starts V8's sampling heap profiler in the process whose inspector listens on `port`, with the
+ * objects that garbage collections free included (what a process allocates, not what it
+ * keeps); `stop()` returns the profile.
+ */
+async function sampleAllocations(port: number): Promise<{ stop: () => Promise<unknown> }> {
+  if (typeof WebSocket === 'undefined') throw new Error('RCM_BENCH_ALLOCATIONS needs a global WebSocket (Node.js 22 or later)');
+  const target = await eventually(async () => {
+    const targets = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json() as { webSocketDebuggerUrl: string }[];
+    return targets[0];
+  }, 30_000, () => `no inspector on port ${port}`);
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  const pending = new Map<number, (result: any) => void>();
+  let id = 0;
+  ws.onmessage = e => {
+    const message = JSON.parse(String(e.data));
+    pending.get(message.id)?.(message.result);
+    pending.delete(message.id);
+  };
+  await new Promise(resolve => { ws.onopen = resolve; });
+  const call = (method: string, params: object = {}) => new Promise<any>(resolve => {
+    pending.set(++id, resolve);
+    ws.send(JSON.stringify({ id, method, params }));
+  });
+  await call('HeapProfiler.enable');
+  await call('HeapProfiler.startSampling', { samplingInterval: 32768, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+  return {
+    stop: async () => {
+      const { profile } = await call('HeapProfiler.stopSampling');
+      ws.close();
+      return profile;
+    },
+  };
+}
+
 async function runController(cp: ControlPlane, admin: Rest, bundle: string, shims: string[], nodes: number, log: string, mode: Mode = 'jobs'): Promise<Figures> {
   const metricsPort = await freePort();
   const start = Date.now();
   const profile = process.env.RCM_BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.RCM_BENCH_PROFILE}`] : [];
+  const inspectPort = process.env.RCM_BENCH_ALLOCATIONS ? await freePort() : undefined;
+  if (inspectPort) profile.push(`--inspect=127.0.0.1:${inspectPort}`);
   const revision = bundle.includes('rcm-controller-') ? BEFORE : undefined;
   const nodeFlags = controllerNodeFlags(revision);
   const controller = spawn(NODE, [...nodeFlags, ...profile, bundle, `--kubeconfig=${cp.kubeconfig}`, `--namespace=${NS}`, '--leader-elect=false',
@@ -265,6 +305,7 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   const reader = spawn(NODE, ['bench/plain-watcher.js', cp.server, cp.adminToken, cp.caFile, NS, mode], { stdio: ['ignore', 'pipe', 'inherit'] });
   let readerOut = '';
   reader.stdout!.on('data', d => { readerOut += d; });
+  const allocations = inspectPort ? await sampleAllocations(inspectPort) : undefined;
   try {
     for (const shim of shims) {
       await admin.request('POST', '/apis/runtime.spinkube.dev/v1alpha1/shims', {
@@ -297,6 +338,7 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
       .map(m => `${m[1]} ${events.get(m[1])} events ${(Number(m[2]) / 1e6).toFixed(1)} MB`).join(', ') + `; ${reconciles} reconciles`;
     const gauge = (metric: string) => Number(new RegExp(`^${metric} (\\S+)`, 'm').exec(metrics)?.[1] ?? NaN) / 2 ** 20;
     if (process.env.RCM_BENCH_THREADS) console.log(`heap used ${gauge('nodejs_heap_size_used_bytes').toFixed(1)} MiB of ${gauge('nodejs_heap_size_total_bytes').toFixed(1)}, external ${gauge('nodejs_external_memory_bytes').toFixed(1)} MiB`);
+    if (allocations) fs.writeFileSync(process.env.RCM_BENCH_ALLOCATIONS!, JSON.stringify(await allocations.stop()));
     const readerCpu = usage(reader.pid!).cpu;
     reader.kill('SIGTERM');
     await waitExit(reader);
