@@ -305,8 +305,9 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
   const reader = spawn(NODE, ['bench/plain-watcher.js', cp.server, cp.adminToken, cp.caFile, NS, mode], { stdio: ['ignore', 'pipe', 'inherit'] });
   let readerOut = '';
   reader.stdout!.on('data', d => { readerOut += d; });
-  const allocations = inspectPort ? await sampleAllocations(inspectPort) : undefined;
+  let allocations: Awaited<ReturnType<typeof sampleAllocations>> | undefined;
   try {
+    if (inspectPort) allocations = await sampleAllocations(inspectPort);
     for (const shim of shims) {
       await admin.request('POST', '/apis/runtime.spinkube.dev/v1alpha1/shims', {
         apiVersion: 'runtime.spinkube.dev/v1alpha1', kind: 'Shim', metadata: { name: shim },

@@ -166,7 +166,7 @@ export function slimRuntimeClass(raw: any): any {
 /** Whether a key whose value differs between the two records passes `matters` (no arrays made: every node event asks it per Shim). */
 function someChanged(a: Record<string, string>, b: Record<string, string>, matters: (key: string) => boolean): boolean {
   for (const k in a) if (a[k] !== b[k] && matters(k)) return true;
-  for (const k in b) if (!(k in a) && matters(k)) return true;
+  for (const k in b) if (!Object.prototype.hasOwnProperty.call(a, k) && a[k] !== b[k] && matters(k)) return true;
   return false;
 }
 
