@@ -30,7 +30,7 @@ const parsed = new Map<string, unknown>();
 const texts = new WeakMap<object, string>();
 const MAX_PARSED = 50_000;
 
-function parseJson(text: string | undefined): unknown {
+export function parseJson(text: string | undefined): unknown {
   if (text === undefined) return undefined;
   const known = parsed.get(text);
   if (known !== undefined) return known;

@@ -10,7 +10,7 @@
 // running Jobs and the spec, on every pass (level-triggered).
 import * as crypto from 'crypto';
 import { judgeJobs, NO_WRITES, ObservedJob, OwnWrites, SettledWrites } from './job-judgement';
-import { fold, hasTrace, isFailureOf, nodePatch, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation, wholeRecordPatch } from './node-record';
+import { fold, hasTrace, isFailureOf, nodePatch, parseJson, readRecord, RecordKeys, recordKeys, renderRecord, sameOperation, wholeRecordPatch } from './node-record';
 import { planRuntimeClass } from './runtime-class';
 import {
   Action, Condition, FailedNode, FailureRecord, NO_INSTALLER_REPORT, JobRequest, JobView, NodeArtifact, NodeRecord, NodeView, Operation, Plan,
@@ -274,11 +274,10 @@ function handlersRecorded(node: NodeView): readonly (readonly [string, readonly 
   for (const key in node.annotations) {
     if (!key.endsWith(INSTALLED_SUFFIX)) continue;
     const handlers: string[] = [];
-    try {
-      for (const entry of JSON.parse(node.annotations[key])) if (typeof entry?.handler === 'string') handlers.push(entry.handler);
-    } catch {
-      // another Shim's damaged record: its handler label still guards its node
-    }
+    // Parsed as readRecord parses it (kept by its text). A damaged record lists none: its
+    // handler label still guards its node.
+    const installed = parseJson(node.annotations[key]);
+    if (Array.isArray(installed)) for (const entry of installed) if (typeof entry?.handler === 'string') handlers.push(entry.handler);
     records.push([key, handlers]);
   }
   recordedHandlers.set(node, known = records);
