@@ -10,9 +10,9 @@
 //
 // Install modes: RCM_BENCH_MODES=jobs,agent (the default: both, side by side in one run). In
 // agent mode the controller runs with --install-mode agent, a stand-in for the node agents
-// answers each request of a node's requests ConfigMap on the Node (succeeded, 0.5 s later, with
-// the Shim's record after it, as the agent writes it), a
-// Ready agent pod stands on every node (the DaemonSet's, as its kubelet reports it: the
+// answers the requests of a node's requests ConfigMap on the Node as the agent does (gathered
+// for the agent's gather window, then succeeded 0.5 s later, the outcomes of one change set in
+// one write, each with its Shim's record after it), a Ready agent pod stands on every node (the DaemonSet's, as its kubelet reports it: the
 // controller reads readiness from it), and the plain loop's unavoidable writes are one write of
 // the node's requests ConfigMap and one label patch per node and Shim.
 //
@@ -34,7 +34,8 @@ import * as path from 'path';
 import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
 import { InstallMode, RuntimeClassManager } from '../src';
-import { REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR } from '../src/shared/agent-protocol';
+import { gatherWindow } from '../src/agent/node-agent';
+import { AdmittedRequest, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR } from '../src/shared/agent-protocol';
 import { createAgentPod } from '../test/support/agent-pods';
 import { ControlPlane, freePort, startControlPlane } from '../test/support/control-plane';
 import { environmentOf, nodeFlagsOf } from '../test/support/dockerfile';
@@ -194,42 +195,62 @@ function finishInstallers(admin: Rest): () => void {
 
 /**
  * The node agents' part (install mode NodeAgent): every request in a node's requests ConfigMap
- * is answered on the Node, `succeeded`, 0.5 s after it is seen. As the real agent does, a
- * request done within its --progress-report-seconds (10) gets no `running` report. Requests are
- * learnt from one watch of the ConfigMaps (each real agent watches its own node's).
+ * is answered on the Node, `succeeded`, as the real agent does: a node's requests are gathered
+ * until none came for the agent's gather window (gatherWindow, from what the requests say of
+ * the controller's passes), carried out together 0.5 s later, and their outcomes written in
+ * one Node write (with each Shim's record after its success). As the real agent does, a request
+ * done within its --progress-report-seconds (10) gets no `running` report. Requests are learnt
+ * from one watch of the ConfigMaps (each real agent watches its own node's).
  */
 function finishAgentRequests(admin: Rest): () => void {
   const taken = new Map<string, string>(); // `${node} ${shim}` -> the request name being answered or answered
+  const gathering = new Map<string, { first: number; timer?: NodeJS.Timeout; requests: { shim: string; admitted: AdmittedRequest }[] }>();
   let stopped = false;
   let watch: { stop: () => void } | undefined;
   const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
-  const answer = async (node: string, shim: string, name: string, admittedAt: string, record?: { labels: object; annotations: object }) => {
+  const answer = async (node: string, requests: readonly { shim: string; admitted: AdmittedRequest }[]) => {
     const startedAt = new Date().toISOString();
-    const write = async (result: object) => {
-      for (;;) {
-        try {
-          // The Shim's record after the success goes with the outcome, as the agent writes it (the request's onSuccess).
-          await admin.request('PATCH', `/api/v1/nodes/${node}`, {
-            metadata: { ...(record ? { labels: record.labels } : {}), annotations: { ...record?.annotations, [`${shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify(result) } },
-          }, 'application/merge-patch+json');
-          return;
-        } catch (e: any) {
-          if (stopped || e.code === 404) return;
-          await sleep(500); // refused under load (429): again, as an agent does
-        }
-      }
-    };
     await sleep(500);
-    await write({ name, admittedAt, phase: 'succeeded', startedAt, finishedAt: new Date().toISOString(), result: { outcome: 'installed', exitCode: 0 }, ...(record ? { recorded: true } : {}) });
+    const finishedAt = new Date().toISOString();
+    const labels: Record<string, string | null> = {};
+    const annotations: Record<string, string | null> = {};
+    for (const { shim, admitted } of requests) {
+      const record = admitted.onSuccess;
+      Object.assign(labels, record?.labels);
+      Object.assign(annotations, record?.annotations, {
+        [`${shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify({
+          name: admitted.name, admittedAt: admitted.createdAt, phase: 'succeeded', startedAt, finishedAt,
+          result: { outcome: 'installed', exitCode: 0 }, ...(record ? { recorded: true } : {}),
+        }),
+      });
+    }
+    for (;;) {
+      try {
+        await admin.request('PATCH', `/api/v1/nodes/${node}`, { metadata: { labels, annotations } }, 'application/merge-patch+json');
+        return;
+      } catch (e: any) {
+        if (stopped || e.code === 404) return;
+        await sleep(500); // refused under load (429): again, as an agent does
+      }
+    }
   };
   const onRequests = (cm: any) => {
     const node = cm.metadata.annotations[REQUESTS_NODE_ANNOTATION];
     for (const [shim, text] of Object.entries<string>(cm.data ?? {})) {
-      const { name, createdAt, onSuccess } = JSON.parse(text);
-      const id = `${node} ${shim} ${createdAt}`;
-      if (taken.get(id) === name) continue;
-      taken.set(id, name);
-      void answer(node, shim, name, createdAt, onSuccess);
+      const admitted: AdmittedRequest = JSON.parse(text);
+      const id = `${node} ${shim} ${admitted.createdAt}`;
+      if (taken.get(id) === admitted.name) continue;
+      taken.set(id, admitted.name);
+      let set = gathering.get(node);
+      if (!set) gathering.set(node, set = { first: Date.now(), requests: [] });
+      set.requests.push({ shim, admitted });
+      if (set.timer) clearTimeout(set.timer);
+      const { quietMs, maxMs } = gatherWindow(set.requests.map(r => r.admitted));
+      const started = set;
+      set.timer = setTimeout(() => {
+        gathering.delete(node);
+        void answer(node, started.requests);
+      }, Math.max(0, Math.min(quietMs, set.first + maxMs - Date.now())));
     }
   };
   const path = `/api/v1/namespaces/${NS}/configmaps?labelSelector=${encodeURIComponent(REQUESTS_SELECTOR)}`;
@@ -248,7 +269,7 @@ function finishAgentRequests(admin: Rest): () => void {
       }
     }
   })();
-  return () => { stopped = true; watch?.stop(); };
+  return () => { stopped = true; watch?.stop(); for (const set of gathering.values()) clearTimeout(set.timer); };
 }
 
 /**

@@ -1,8 +1,9 @@
 // The node agent (install mode NodeAgent): the installer as a long-running process on its
 // node. It watches its own Node object and its node's requests ConfigMap, runs every request
 // the controller admitted there that has no outcome yet (all at once: they form one change set, one containerd restart),
-// writes each outcome back into the node record, and keeps the node true to what it
+// writes their outcomes back into the node record (one write per change set), and keeps the node true to what it
 // installed (drift: a handler the config no longer registers, a binary missing or altered).
+import { ChangeSetReports, mergedPatch, NodeReport } from './change-set-reports';
 import { ExitCode, InstallerError } from '../installer/errors';
 import { InstallResult, Installer } from '../installer/install';
 import { InstallerOptions, parseOptions } from '../installer/options';
@@ -288,11 +289,14 @@ export class NodeAgent {
     // Which requests made one change set, and how long they were gathered: a node that restarts
     // containerd twice for one change shows here which request came too late.
     this.log.info(`starting ${arrived.length} request(s) together`, { shims: arrived.map(a => a.shim), gatheredMs, ...gatherWindow(arrived.map(a => a.admitted)) });
+    // Their outcomes go to the Node together: one write (one watch event) for the change set.
+    const reports = new ChangeSetReports(arrived.map(a => requestId(a.admitted)), r => this.writeReports(r));
     for (const { shim, admitted } of arrived) {
       // One Shim's requests run one after the other: the controller may withdraw a request the
       // agent has taken but not yet reported (its node went NotReady) and admit another later.
       const previous = this.lastOfShim.get(shim);
-      const run: Promise<void> = (previous ?? Promise.resolve()).then(() => this.carryOut(shim, admitted)).finally(() => {
+      const run: Promise<void> = (previous ?? Promise.resolve()).then(() => this.carryOut(shim, admitted, reports)).finally(() => {
+        reports.leave(requestId(admitted));
         this.done.add(requestId(admitted));
         this.running.delete(requestId(admitted));
         if (this.lastOfShim.get(shim) === run) this.lastOfShim.delete(shim);
@@ -307,29 +311,38 @@ export class NodeAgent {
     return requestsOn(this.node?.annotations ?? {}).some(r => r.shim === shim && requestId(r.admitted) === requestId(admitted));
   }
 
-  private async carryOut(shim: string, admitted: AdmittedRequest): Promise<void> {
+  /** Runs a request; its outcome goes to the Node with the rest of its change set (`reports`). */
+  private async carryOut(shim: string, admitted: AdmittedRequest, reports: ChangeSetReports): Promise<void> {
     if (!this.stillRequested(shim, admitted)) {
       this.log.info('a request withdrawn before it started is not run', { shim, request: admitted.name });
       return;
     }
     const startedAt = new Date().toISOString();
-    const report = (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: RecordPatch) =>
-      this.report(shim, { name: admitted.name, admittedAt: admitted.createdAt, startedAt, ...r, ...(record ? { recorded: true } : {}) }, record,
-        () => this.stillRequested(shim, admitted));
+    const reportOf = (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: RecordPatch): NodeReport => {
+      const result: AgentResult = { name: admitted.name, admittedAt: admitted.createdAt, startedAt, ...r, ...(record ? { recorded: true } : {}) };
+      return {
+        shim,
+        request: admitted.name,
+        phase: result.phase,
+        patch: { labels: record?.labels ?? {}, annotations: { ...record?.annotations, [resultKey(shim)]: JSON.stringify(result) } },
+        // A progress report is written whatever happens next; an outcome only while the request stands.
+        stillWanted: result.phase === 'running' ? () => true : () => this.stillRequested(shim, admitted),
+      };
+    };
     this.log.info(`${admitted.operation} of ${admitted.handler} admitted`, { shim, request: admitted.name, attempt: admitted.attempt });
     // `running` only for a run that takes a while: most end sooner (written in order: the
     // outcome waits for this write).
     let progress: Promise<void> | undefined;
     const progressTimer = setTimeout(() => {
-      progress = report({ phase: 'running' }).catch(e => this.log.warn('could not report a request under way', { request: admitted.name, error: (e as Error).message }));
+      progress = this.writeReports([reportOf({ phase: 'running' })]).catch(e => this.log.warn('could not report a request under way', { request: admitted.name, error: (e as Error).message }));
     }, this.settings.progressReportSeconds * 1000);
     const outcomeReport = async (r: Omit<AgentResult, 'name' | 'admittedAt' | 'startedAt'>, record?: RecordPatch) => {
       clearTimeout(progressTimer);
       await progress;
       // Withdrawn while it ran: nobody waits for this outcome (the controller admits the
-      // operation again, and an install found in place is `unchanged`); report() checks that
-      // before each attempt of its write.
-      await report(r, record);
+      // operation again, and an install found in place is `unchanged`); writeReports() checks
+      // that before each attempt of its write.
+      await reports.report(requestId(admitted), reportOf(r, record));
     };
     try {
       if (admitted.operation === 'uninstall') await this.noGateFor(shim, admitted.handler);
@@ -433,28 +446,26 @@ export class NodeAgent {
   }
 
   /**
-   * Writes a result (with the Shim's record after it, where given: one write), trying again a
-   * few times (the API server may refuse a write under load: 429). A result that never arrives
-   * is not lost for good: the request still shows no outcome, the controller fails it after its
-   * deadline (NodeAgentDidNotAnswer) and admits it again (an installed handler is then `unchanged`).
+   * Writes reports (each a result, with the Shim's record after it where given) in one patch,
+   * trying again a few times (the API server may refuse a write under load: 429). A result
+   * that never arrives is not lost for good: the request still shows no outcome, the
+   * controller fails it after its deadline (NodeAgentDidNotAnswer) and admits it again (an
+   * installed handler is then `unchanged`).
    */
-  private async report(shim: string, result: AgentResult, record: RecordPatch | undefined, stillWanted: () => boolean): Promise<void> {
-    const patch = {
-      metadata: {
-        ...(record ? { labels: record.labels } : {}),
-        annotations: { ...record?.annotations, [resultKey(shim)]: JSON.stringify(result) },
-      },
-    };
+  private async writeReports(reports: readonly NodeReport[]): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       // An outcome (and the gate it may carry) of a request the controller withdrew meanwhile
       // is not written, however late: the controller may have taken the gate away and admitted
       // an uninstall since.
-      if (result.phase !== 'running' && !stillWanted()) {
-        this.log.info('the request was withdrawn: its outcome is not reported', { shim, request: result.name, phase: result.phase });
-        return;
-      }
+      const wanted = reports.filter(r => {
+        if (r.stillWanted()) return true;
+        this.log.info('the request was withdrawn: its outcome is not reported', { shim: r.shim, request: r.request, phase: r.phase });
+        return false;
+      });
+      if (wanted.length === 0) return;
+      reports = wanted;
       try {
-        await this.kube.mergePatch(this.nodePath, patch);
+        await this.kube.mergePatch(this.nodePath, mergedPatch(reports));
         return;
       } catch (e) {
         if (attempt >= 5 || isNotFound(e)) throw e;

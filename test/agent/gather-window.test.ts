@@ -53,6 +53,8 @@ async function agentOn(settings: Partial<AgentSettings> = {}) {
   };
   return {
     result,
+    /** The agent's writes to the Node that carry a result. */
+    outcomeWrites: () => node.patches.filter(p => Object.keys(p.metadata?.annotations ?? {}).some(k => k.endsWith('/result'))),
     admit: async (shim: string, pacing: Pick<AdmittedRequest, 'passIntervalMs' | 'slowestPassMs'>) => {
       const request = { ...installRequest(shim, `${shim}-handler`, await artifactOf(shim)), ...pacing };
       node.apply({ metadata: { annotations: { [requestKey(shim)]: JSON.stringify(request) } } });
@@ -104,6 +106,40 @@ test('control: the same requests from a controller that says only its pass inter
     await a.ended('shim-b');
     // THEN the first had started before the second came (its window is 1.5 s): two change sets
     expect(Date.parse(a.result('shim-a')!.startedAt!)).toBeLessThan(second);
+  } finally {
+    await a.stop();
+  }
+});
+
+test('the outcomes of requests started together go to the Node in one write', async () => {
+  // GIVEN an agent
+  const a = await agentOn();
+  try {
+    const pacing = { passIntervalMs: 1000 };
+    // WHEN three Shims' requests are admitted within the gather window (one change set)
+    await a.admit('shim-a', pacing);
+    await a.admit('shim-b', pacing);
+    await a.admit('shim-c', pacing);
+    for (const shim of ['shim-a', 'shim-b', 'shim-c']) await a.ended(shim);
+    // THEN one Node write carried the three outcomes (one watch event for every watcher of Nodes, not three)
+    const writes = a.outcomeWrites();
+    expect(writes).toHaveLength(1);
+    expect(Object.keys(writes[0].metadata.annotations).filter(k => k.endsWith('/result')).sort())
+      .toEqual(['shim-a', 'shim-b', 'shim-c'].map(s => resultKey(s)).sort());
+  } finally {
+    await a.stop();
+  }
+});
+
+test('control: requests in two change sets write their outcomes in two writes', async () => {
+  const a = await agentOn();
+  try {
+    const pacing = { passIntervalMs: 1000 };
+    await a.admit('shim-a', pacing);
+    await a.ended('shim-a');
+    await a.admit('shim-b', pacing);
+    await a.ended('shim-b');
+    expect(a.outcomeWrites()).toHaveLength(2);
   } finally {
     await a.stop();
   }
