@@ -63,6 +63,17 @@ export class AgentNodeViews {
     if (!unchanged || recorded) this.refresh(node.name);
   }
 
+  /**
+   * A node event that changed nothing the view reads (its informer's fingerprint: a kubelet's
+   * heartbeat), as putNode would find it, without its metadata decoded: only the version.
+   */
+  nodeSeenAt(name: string, resourceVersion: string): void {
+    const before = this.metadata.get(name);
+    if (!before) return;
+    this.metadata.set(name, { ...before, resourceVersion: resourceVersion || undefined });
+    if (this.requests.nodeAt(name, resourceVersion || undefined)) this.refresh(name);
+  }
+
   removeNode(name: string): void {
     this.metadata.delete(name);
     this.requests.forget(name);

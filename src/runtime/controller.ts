@@ -15,7 +15,7 @@ import {
   AgentPod, NodeMetadata, nodeChangeAffects, samePlain, slimAgentPod, SlimJob, slimJob, slimNode, slimNodeMetadata, SlimPod, slimPod,
   slimRuntimeClass, slimShim,
 } from './slim';
-import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from './slim-proto';
+import { agentPodFromProto, jobFromProto, nodeFingerprint, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from './slim-proto';
 import { Action, JobRequest, JobView, NodeView, RetryPolicy, RuntimeClassView, ShimObject, ShimStatus } from './types';
 import { AGENT_POD_SELECTOR, REQUESTS_LABELS, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR, isRecordedSuccess, requestsConfigMapName, requestsOn, resultKey } from '../shared/agent-protocol';
 import { isConflictOrExists, isNotFound, Kube, unlessNotFound } from '../shared/kube/kube';
@@ -122,7 +122,7 @@ export class Controller {
     if (this.agentMode) {
       this.nodes = await this.informAgentNodes(onNode);
     } else {
-      this.nodes = await this.inform<NodeView>('/api/v1/nodes', { json: slimNode, protobuf: nodeFromProto, keepsEqual: true }, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
+      this.nodes = await this.inform<NodeView>('/api/v1/nodes', { json: slimNode, protobuf: nodeFromProto, fingerprint: nodeFingerprint, keepsEqual: true }, { add: n => onNode(undefined, n), update: onNode, delete: n => onNode(n, undefined) });
       await this.informJobs(byAnnotation);
     }
     this.runtimeClasses = await this.inform('/apis/node.k8s.io/v1/runtimeclasses', { json: slimRuntimeClass }, {
@@ -153,8 +153,11 @@ export class Controller {
     await this.inform<string>('/api/v1/nodes', { json: (raw: any) => raw.metadata.name, protobuf: b => objectMeta(b).name, metadataOnly: true }, {
       add: n => views.setCordoned(n, true), delete: n => views.setCordoned(n, false),
     }, undefined, 'spec.unschedulable=true', 'cordoned');
-    await this.inform<NodeMetadata>('/api/v1/nodes', { json: slimNodeMetadata, protobuf: nodeMetadataFromProto, metadataOnly: true }, {
-      add: n => views.putNode(n), update: (_, n) => views.putNode(n), delete: n => views.removeNode(n.name),
+    await this.inform<NodeMetadata>('/api/v1/nodes', { json: slimNodeMetadata, protobuf: nodeMetadataFromProto, fingerprint: nodeFingerprint, metadataOnly: true }, {
+      add: n => views.putNode(n),
+      update: (_, n) => views.putNode(n),
+      delete: n => views.removeNode(n.name),
+      unchangedAt: (n, version) => views.nodeSeenAt(n, version),
     });
     // What the agents recorded before this controller started was announced by the one before.
     views.requests.announceFinished((node, shim, name) => {
@@ -308,7 +311,9 @@ export class Controller {
    * timeout, a 5xx) is retried; the controller is not ready meanwhile.
    */
   private async inform<T>(path: string,
-    read: { json: (raw: any) => T; protobuf?: (object: Buffer) => T; metadataOnly?: boolean; keepsEqual?: boolean },
+    read: {
+      json: (raw: any) => T; protobuf?: (object: Buffer) => T; fingerprint?: (object: Buffer) => string; metadataOnly?: boolean; keepsEqual?: boolean;
+    },
     handlers: Handlers<T>, labelSelector?: string, fieldSelector?: string, metric?: string): Promise<Informer<T>> {
     const resource = metric ?? path.slice(path.lastIndexOf('/') + 1);
     const informer = new Informer<T>(this.kube, {
@@ -317,6 +322,7 @@ export class Controller {
       fieldSelector,
       transform: read.json,
       decode: read.protobuf,
+      fingerprint: read.fingerprint,
       metadataOnly: read.metadataOnly,
       unchanged: read.keepsEqual ? samePlain : undefined,
       onReceived: this.metrics.receivedOn(resource),

@@ -33,6 +33,14 @@ export interface InformerOptions<T> {
    * enough to be promoted.
    */
   readonly unchanged?: (before: T, after: T) => boolean;
+  /**
+   * With `decode`: a digest of the bytes `decode` reads of an object. An update whose digest
+   * is that of the last one of the object is not decoded at all (the cached object stays, as
+   * `unchanged` would have found): most Node events are kubelet heartbeats, which change none
+   * of the bytes a Node's view reads. Equal digests must mean equal decoded objects; the
+   * converse need not hold (a digest that changes for nothing only costs a decode).
+   */
+  readonly fingerprint?: (object: Buffer) => string;
   /** Objects per LIST page. */
   readonly pageSize?: number;
   /** Called for each object received, with its size in characters (lists and watches). */
@@ -45,12 +53,16 @@ export interface Handlers<T> {
   add?(item: T): void;
   update?(before: T, after: T): void;
   delete?(item: T): void;
+  /** An update that was not decoded (options.fingerprint): nothing the cache keeps changed but the object's resourceVersion. */
+  unchangedAt?(name: string, resourceVersion: string): void;
 }
 
 const RETRY_MS = 2000;
 
 export class Informer<T> {
   private readonly items = new Map<string, T>();
+  /** The fingerprint of each cached object's last event (options.fingerprint). */
+  private readonly prints = new Map<string, string>();
   private resourceVersion = '';
   private stopped = false;
   private abort?: () => void;
@@ -115,6 +127,9 @@ export class Informer<T> {
       cont = page.continue;
       version = page.resourceVersion || version;
     } while (cont);
+    // The fingerprints were of events before the list: an object may have changed and changed
+    // back meanwhile, so the next event of each is decoded.
+    this.prints.clear();
     for (const [name, item] of this.items) if (!fresh.has(name)) this.remove(name, item);
     for (const [name, item] of fresh) this.put(name, item);
     this.resourceVersion = version;
@@ -165,7 +180,15 @@ export class Informer<T> {
         }
         const object = unwrap(enveloped);
         const { name, resourceVersion } = objectMeta(object);
+        const print = this.options.fingerprint && (type === 'ADDED' || type === 'MODIFIED') ? this.options.fingerprint(object) : undefined;
+        if (print !== undefined && type === 'MODIFIED' && this.prints.get(name) === print && this.items.has(name)) {
+          // Not one byte that the view reads changed: nothing to decode.
+          if (resourceVersion) this.resourceVersion = resourceVersion;
+          this.handlers.unchangedAt?.(name, resourceVersion);
+          return;
+        }
         this.apply(type, name, resourceVersion, () => this.options.decode!(object));
+        if (print !== undefined) this.prints.set(name, print);
       }, this.options.metadataOnly ? PROTOBUF_METADATA : PROTOBUF)
       : this.kube.watch(path, (event, bytes) => {
         this.options.onReceived?.(bytes);
@@ -200,6 +223,7 @@ export class Informer<T> {
 
   private remove(name: string, item: T): void {
     this.items.delete(name);
+    this.prints.delete(name);
     this.handlers.delete?.(item);
   }
 }

@@ -2,7 +2,7 @@ import * as fs from 'fs';
 import * as https from 'https';
 import { Informer } from '../../src/runtime/informer';
 import { samePlain, slimAgentPod, slimJob, slimNode, slimNodeMetadata, slimPod } from '../../src/runtime/slim';
-import { agentPodFromProto, jobFromProto, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from '../../src/runtime/slim-proto';
+import { agentPodFromProto, jobFromProto, nodeFingerprint, nodeFromProto, nodeMetadataFromProto, objectMeta, podFromProto } from '../../src/runtime/slim-proto';
 import { NodeView } from '../../src/runtime/types';
 import { ApiError, Kube, PROTOBUF_METADATA, WRITE_ACCEPT } from '../../src/shared/kube/kube';
 import { kubeconfigAccess } from '../../src/shared/kube/kube-config';
@@ -170,6 +170,90 @@ test('an informer that keeps equal objects: a kubelet heartbeat changes nothing 
     expect(informer.get('pb-node-h')).toBe(ours[0].after);
   } finally {
     informer.stop();
+  }
+});
+
+test('a Node\'s fingerprint: the same across kubelet heartbeats, another for each change its view keeps', async () => {
+  // GIVEN a realistic node (50 images, managedFields, conditions with times)
+  await makeNode('pb-node-f', 9, {});
+  const path = '/api/v1/nodes/pb-node-f';
+  const read = async () => {
+    const object = await kube.getProtobuf(path);
+    // Install mode NodeAgent reads the Node's metadata alone (PartialObjectMetadata): its fingerprint behaves alike.
+    const metadata = await kube.getProtobuf(path, PROTOBUF_METADATA);
+    return { print: nodeFingerprint(object), view: nodeFromProto(object), metadataPrint: nodeFingerprint(metadata) };
+  };
+  const heartbeat = (status: string, at: string) => admin.request('PATCH', `${path}/status`, {
+    status: { conditions: [{ type: 'Ready', status, reason: 'KubeletReady', message: 'kubelet is posting ready status. AppArmor enabled', lastHeartbeatTime: at }] },
+  }, 'application/strategic-merge-patch+json');
+  const first = await read();
+  // WHEN the kubelet posts two heartbeats (new times, a new resourceVersion and managedFields)
+  await heartbeat('True', '2026-11-27T10:00:00Z');
+  const second = await read();
+  await heartbeat('True', '2026-11-27T10:01:00Z');
+  // THEN the fingerprint stays (of the whole Node and of its metadata)
+  const third = await read();
+  expect([second.print, third.print]).toEqual([first.print, first.print]);
+  expect([second.metadataPrint, third.metadataPrint]).toEqual([first.metadataPrint, first.metadataPrint]);
+  // WHEN each thing the view keeps changes in turn
+  const changes: [string, () => Promise<unknown>][] = [
+    ['a label', async () => {
+      const before = (await read()).metadataPrint;
+      await admin.patch(path, { metadata: { labels: { [`spin.${DOMAIN}/state`]: 'provisioned' } } });
+      expect((await read()).metadataPrint).not.toBe(before);
+    }],
+    ['an annotation of ours', () => admin.patch(path, { metadata: { annotations: { [`spin.${DOMAIN}/installed`]: '[]' } } })],
+    ['cordoned', () => admin.patch(path, { spec: { unschedulable: true } })],
+    ['not Ready', () => heartbeat('False', '2026-11-27T10:02:00Z')],
+    ['a new boot ID', () => admin.request('PATCH', `${path}/status`, { status: { nodeInfo: { bootID: '00000000-0000-4000-8000-000000000001' } } }, 'application/strategic-merge-patch+json')],
+  ];
+  const prints = new Set([first.print]);
+  let view = first.view;
+  for (const [what, change] of changes) {
+    await change();
+    const now = await read();
+    // THEN the fingerprint is new each time, and so is the view
+    expect({ what, seen: prints.has(now.print) }).toEqual({ what, seen: false });
+    expect({ what, same: samePlain(now.view, view) }).toEqual({ what, same: false });
+    prints.add(now.print);
+    view = now.view;
+  }
+});
+
+test('an informer with fingerprints decodes no heartbeat and still sees every change, as the JSON informer does', async () => {
+  // GIVEN the Job-mode Node informer (fingerprints, equal objects kept) beside a JSON one
+  await makeNode('pb-node-g', 10, {});
+  let decoded = 0;
+  const updates: NodeView[] = [];
+  const proto = new Informer(kube, {
+    path: '/api/v1/nodes', transform: slimNode, decode: o => { decoded++; return nodeFromProto(o); }, fingerprint: nodeFingerprint, unchanged: samePlain,
+  }, { update: (_, after) => { if (after.name === 'pb-node-g') updates.push(after); } });
+  const json = new Informer(kube, { path: '/api/v1/nodes', transform: slimNode });
+  await Promise.all([proto.start(), json.start()]);
+  const path = '/api/v1/nodes/pb-node-g';
+  try {
+    const heartbeat = (at: string) => admin.request('PATCH', `${path}/status`, {
+      status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status. AppArmor enabled', lastHeartbeatTime: at }] },
+    }, 'application/strategic-merge-patch+json');
+    // WHEN a first heartbeat comes (its fingerprint is not known yet: the list made none), then three more
+    const listed = decoded;
+    await heartbeat('2026-11-27T11:00:00Z');
+    await eventually(async () => decoded > listed, 20_000, () => 'the first event was not decoded');
+    const afterFirst = decoded;
+    for (const at of ['2026-11-27T11:01:00Z', '2026-11-27T11:02:00Z', '2026-11-27T11:03:00Z']) await heartbeat(at);
+    // AND then a label changes
+    await admin.patch(path, { metadata: { labels: { [`spin.${DOMAIN}/state`]: 'provisioned' } } });
+    await eventually(async () => updates.length > 0, 20_000, () => JSON.stringify(proto.get('pb-node-g')));
+    // THEN the three heartbeats were not decoded, only the label's event
+    expect(decoded - afterFirst).toBe(1);
+    // AND one update ran, for the label; the cache agrees with the JSON one
+    expect(updates).toHaveLength(1);
+    expect(updates[0].labels[`spin.${DOMAIN}/state`]).toBe('provisioned');
+    await eventually(async () => json.get('pb-node-g')?.labels[`spin.${DOMAIN}/state`] === 'provisioned', 20_000, () => 'the JSON informer did not see the label');
+    expect(proto.get('pb-node-g')).toEqual(json.get('pb-node-g'));
+  } finally {
+    proto.stop();
+    json.stop();
   }
 });
 

@@ -110,4 +110,35 @@ describe('node events that change neither labels nor annotations (the kubelet\'s
     views.putNode({ ...meta('n1', { a: '2' }), uid: 'u2', resourceVersion: '20' });
     expect(shown()).toEqual([]);
   });
+
+  test('an event its informer did not decode (same fingerprint) moves only the version, as the same event decoded would', () => {
+    // GIVEN a node with a Ready agent, and a request the write of version 20 recorded
+    const { views, changes } = bed();
+    views.putNode({ ...meta('n1', { a: '1' }), uid: 'u1', resourceVersion: '10' });
+    views.putAgent(pod('a1', 'n1'));
+    views.requests.written('n1', { spin: JSON.stringify({ name: 'r1' }) });
+    views.requestsChanged('n1');
+    views.requests.recorded('n1', 'spin', 'r1', '20');
+    const view = views.get('n1');
+    changes.length = 0;
+    const shown = () => Object.keys(views.get('n1')!.annotations).filter(k => k.endsWith('/request'));
+    // WHEN a heartbeat before that write arrives undecoded
+    views.nodeSeenAt('n1', '15');
+    // THEN nothing is reported and the view is the same object
+    expect(changes).toEqual([]);
+    expect(views.get('n1')).toBe(view);
+    // WHEN one at or after it does
+    views.nodeSeenAt('n1', '21');
+    // THEN the recorded request leaves the view, and that is reported
+    expect(shown()).toEqual([]);
+    expect(changes).toHaveLength(1);
+    // AND the node's version is the event's: a write recorded later is judged against it
+    views.requests.written('n1', { spin: JSON.stringify({ name: 'r2' }) });
+    views.requests.recorded('n1', 'spin', 'r2', '21');
+    views.requestsChanged('n1');
+    expect(shown()).toEqual([]);
+    // AND an unknown node is no news
+    views.nodeSeenAt('n9', '30');
+    expect(views.get('n9')).toBeUndefined();
+  });
 });
