@@ -257,6 +257,26 @@ test('an informer with fingerprints decodes no heartbeat and still sees every ch
   }
 });
 
+test('requests of every kind share the kept-alive connections: one after the other, they take one', async () => {
+  // GIVEN a client, and the connections its requests free (its agent's own event)
+  const sockets = new Set<unknown>();
+  const agent = (kube as unknown as { agent: import('https').Agent }).agent;
+  const freed = (socket: unknown) => sockets.add(socket);
+  agent.on('free', freed);
+  try {
+    // WHEN it reads as JSON, as protobuf, and writes, one request after the other
+    for (let i = 0; i < 3; i++) {
+      await kube.get('/api/v1/namespaces/default');
+      await kube.getProtobuf('/api/v1/namespaces/default');
+      await kube.mergePatch('/api/v1/namespaces/default', { metadata: { labels: { 'rcm-test/round': String(i) } } });
+    }
+    // THEN all went over one connection
+    expect(sockets.size).toBe(1);
+  } finally {
+    agent.off('free', freed);
+  }
+});
+
 test('a write asks back only metadata: a realistic Node patch answers in a few KB; errors stay readable', async () => {
   // GIVEN a realistic node (about 14 KB of JSON)
   await makeNode('pb-node-w', 5, {});
