@@ -286,13 +286,15 @@ function handlersRecorded(node: NodeView): readonly (readonly [string, readonly 
 
 /** Whether another Shim has the handler installed on the node (its record) or is working on it (its Job). */
 function handlerBusy(node: NodeView, handler: string, ownInstalledKey: string, otherJobs: readonly JobView[]): boolean {
-  for (const job of otherJobs) if (job.phase === 'running' && job.handler === handler) return true;
-  for (const [key, handlers] of handlersRecorded(node)) if (key !== ownInstalledKey && handlers.includes(handler)) return true;
+  // Indexed loops: asked for every node due an install at every pass (an iterator's results were garbage).
+  for (let i = 0; i < otherJobs.length; i++) if (otherJobs[i].phase === 'running' && otherJobs[i].handler === handler) return true;
+  const records = handlersRecorded(node);
+  for (let i = 0; i < records.length; i++) if (records[i][0] !== ownInstalledKey && records[i][1].includes(handler)) return true;
   return false;
 }
 
 function someRunning(jobs: readonly JobView[]): boolean {
-  for (const job of jobs) if (job.phase === 'running') return true;
+  for (let i = 0; i < jobs.length; i++) if (jobs[i].phase === 'running') return true;
   return false;
 }
 
@@ -432,8 +434,14 @@ export function plan(input: PlanInput): Plan {
   // The nodes due an operation, by precedence, each in order of name: retries first, then
   // removals, then installs; within each, the nodes where another Shim's installer runs now
   // (the node restarts containerd once for both).
-  const order = (c: Candidate) => (c.retry ? 0 : c.step.operation === 'uninstall' ? 2 : 4) + (c.joins ? 0 : 1);
+  const order = (retry: boolean, step: Step, joins: boolean) => (retry ? 0 : step.operation === 'uninstall' ? 2 : 4) + (joins ? 0 : 1);
   const candidates: Candidate[][] = [[], [], [], [], [], []];
+  // No pass admits more of a bucket's nodes than the budget of the whole fleet: past that many
+  // (exempt ones aside), a bucket's nodes are only counted, each queued as it would have been.
+  // While a rollout is under way most nodes are due an install, thousands at every pass.
+  const cap = maxInFlight(shim.spec ?? {}, input.nodes.length);
+  const budgeted = [0, 0, 0, 0, 0, 0];
+  const beyondCap = [0, 0, 0, 0, 0, 0];
   let traced = 0;
   const results: Result[] = [];
   // Everything of this pass that derive() reads besides the node and whether it serves.
@@ -520,8 +528,15 @@ export function plan(input: PlanInput): Plan {
       continue;
     }
     const joins = someRunning(othersHere);
-    const candidate = { node, step, attempt, retry: relevant, joins, supersedes: kept, record, serving };
-    candidates[order(candidate)].push(candidate);
+    const bucket = order(relevant, step, joins);
+    if (step.reverify !== true) {
+      if (budgeted[bucket] >= cap) {
+        beyondCap[bucket]++;
+        continue;
+      }
+      budgeted[bucket]++;
+    }
+    candidates[bucket].push({ node, step, attempt, retry: relevant, joins, supersedes: kept, record, serving });
   }
 
   const ownJobs = [...own.values()].flat();
@@ -543,18 +558,26 @@ export function plan(input: PlanInput): Plan {
   let budget = maxInFlight(shim.spec ?? {}, deleting ? traced : selected.length) - tally.inFlight;
   // A node at a time in order of precedence, thousands of them while a rollout is under way:
   // each bucket is in order of name already, so nothing is sorted.
-  for (const c of candidates.flat()) {
-    const exempt = c.step.reverify === true;
-    if (!exempt && tally.stopped && c.step.operation === 'install' && !c.retry) continue;
-    if (!exempt && budget <= 0) {
-      tally.queued++;
-      continue;
+  for (let b = 0; b < candidates.length; b++) {
+    const bucket = candidates[b];
+    for (let i = 0; i < bucket.length; i++) {
+      const c = bucket[i];
+      const exempt = c.step.reverify === true;
+      if (!exempt && tally.stopped && c.step.operation === 'install' && !c.retry) continue;
+      if (!exempt && budget <= 0) {
+        tally.queued++;
+        continue;
+      }
+      if (!exempt) budget--;
+      tally.inFlight++;
+      for (const job of c.supersedes) actions.push({ kind: 'deleteJob', name: job.name });
+      const job = jobRequest(shim, c, retryToken, now);
+      actions.push({ kind: 'createJob', job: input.installMode === 'agent' ? { ...job, recordOnSuccess: recordOnSuccess(job, c, keys, retryToken, now, policy) } : job });
     }
-    if (!exempt) budget--;
-    tally.inFlight++;
-    for (const job of c.supersedes) actions.push({ kind: 'deleteJob', name: job.name });
-    const job = jobRequest(shim, c, retryToken, now);
-    actions.push({ kind: 'createJob', job: input.installMode === 'agent' ? { ...job, recordOnSuccess: recordOnSuccess(job, c, keys, retryToken, now, policy) } : job });
+    // The budget is spent by now (the bucket held at least `cap` nodes that take it): the rest
+    // wait, as above. A stopped rollout's installs (buckets 4 and 5 hold the new ones) are not
+    // queued but skipped, as above.
+    if (!(tally.stopped && b >= 4)) tally.queued += beyondCap[b];
   }
 
   tally.remaining = traced;
@@ -652,7 +675,7 @@ interface PassContext {
 function derivedOnce(node: NodeView, uid: string, settings: string, serving: boolean, pass: PassContext): Derived {
   let entries = derivedByNode.get(node);
   let known: NonNullable<typeof entries>[number] | undefined;
-  for (const e of entries ?? []) if (e.uid === uid) known = e;
+  if (entries) for (let i = 0; i < entries.length; i++) if (entries[i].uid === uid) known = entries[i];
   if (known && known.settings === settings && known.serving === serving) return known.derived;
   const derived = derive(node, pass.keys, NO_JOBS, NO_JOBS, serving, pass.desired, pass.retryToken, pass.policy, pass.now);
   if (!entries) derivedByNode.set(node, entries = []);

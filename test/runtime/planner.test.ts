@@ -141,6 +141,51 @@ describe('rolling batches (installs and uninstalls share the budget, I4)', () =>
     expect(kinds(run({ shim: shim({ rolloutStrategy }), nodes }).actions, 'createJob')).toHaveLength(expected);
   });
 
+  describe('a fleet larger than the budget: a pass makes no candidate past what it could admit, and counts the rest as it always did', () => {
+    const fleet = Array.from({ length: 25 }, (_, i) => node(`n${String(i).padStart(2, '0')}`));
+    const rolling2 = shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: 2 } } });
+    const progressing = (r: ReturnType<typeof run>) => condition(r.status, 'Progressing')!;
+    const failedAt = (attempt: number) => ({
+      labels: { [KEYS.state]: 'failed' },
+      annotations: { [KEYS.failure]: JSON.stringify({ operation: 'install', handler: 'spin', revision: rev(rolling2), attempt, reason: 'X', message: 'y', at: '2026-01-01T00:00:00Z' }) },
+    });
+    const failing = (name: string, attempt: number) => node(name, failedAt(attempt).labels, failedAt(attempt).annotations);
+
+    test('the first two by name are admitted, the 23 others queued', () => {
+      const r = run({ shim: rolling2, nodes: fleet });
+      expect(created(r.actions)).toEqual(['n00:install:spin', 'n01:install:spin']);
+      expect(progressing(r).message).toBe('2 node(s) in progress, 0/25 done; 23 node(s) queued');
+    });
+
+    test('with the budget taken by running Jobs, none is admitted and 23 are queued', () => {
+      const r = run({ shim: rolling2, nodes: fleet, jobs: [job('n00', rolling2, 'running'), job('n01', rolling2, 'running')] });
+      expect(created(r.actions)).toEqual([]);
+      expect(progressing(r).message).toBe('2 node(s) in progress, 0/25 done; 23 node(s) queued');
+    });
+
+    test('retries due go first, past the cap of their bucket too: the third retry and the installs are queued', () => {
+      const retrying = fleet.map(n => (['n20', 'n21', 'n22'].includes(n.name) ? failing(n.name, 1) : n));
+      const r = run({ shim: rolling2, nodes: retrying });
+      expect(created(r.actions)).toEqual(['n20:install:spin', 'n21:install:spin']);
+      expect(progressing(r).message).toMatch(/; 23 node\(s\) queued$/);
+    });
+
+    test('a stopped rollout skips the new installs (not queued), past the cap as before it; its failed node is retried', () => {
+      const exhausted = fleet.map(n => (n.name === 'n24' ? failing('n24', 3) : n));
+      const r = run({ shim: rolling2, nodes: exhausted });
+      expect(created(r.actions)).toEqual(['n24:install:spin']);
+      expect(progressing(r)).toMatchObject({ reason: 'RolloutStopped' });
+      expect(progressing(r).message).not.toContain('queued');
+    });
+
+    test('nodes whose boot ID changed are checked again outside the budget (exempt, past the cap too); two installs take it, 18 wait', () => {
+      const booted = fleet.map(n => (n.name < 'n05' ? installed(n.name, rolling2, {}, { bootID: 'b2' }) : n));
+      const r = run({ shim: rolling2, nodes: booted });
+      expect(created(r.actions)).toEqual(['n00', 'n01', 'n02', 'n03', 'n04', 'n05', 'n06'].map(n => `${n}:install:spin`));
+      expect(progressing(r).message).toMatch(/; 18 node\(s\) queued$/);
+    });
+  });
+
   test('maxInFlight', () => {
     expect(maxInFlight(shim({ rolloutStrategy: { type: 'rolling', rolling: { maxUpdate: '10%' } } }).spec, 2000)).toBe(200);
     expect(maxInFlight(shim().spec, 5)).toBe(Number.POSITIVE_INFINITY);
