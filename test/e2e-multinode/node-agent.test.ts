@@ -421,16 +421,27 @@ step('uninstall: deleting the Shims uninstalls them through the agents with one 
   apply([]);
   cluster.controlPlane.kubectl(['delete', 'shim', ...SHIM_NAMES, '--wait=false']);
   const jobsSeen = new Set<string>();
+  // The agents' logs are read while the uninstalls go on, not only at the end: after
+  // containerd's restart a kubelet may kill and re-create the agent's pod sandbox, and drop the
+  // log of the container that did the work with it (seen once on A, containerd 1.6).
+  const uninstallsSeen = new Map(cluster.nodes.map(n => [n.name, new Set<string>()]));
+  const readUninstalls = () => {
+    for (const n of cluster.nodes) {
+      for (const l of agentLog(n)) if (/^uninstall of .* admitted$/.test(l.msg ?? '')) uninstallsSeen.get(n.name)!.add(l.shim);
+    }
+  };
   await eventually(async () => {
     for (const j of await jobs()) jobsSeen.add(j);
+    readUninstalls();
     return (await api.get(SHIMS)).items.length === 0;
   }, 240_000, diagnostics);
+  readUninstalls();
   const took = Date.now() - deletedAt;
   expect([...jobsSeen]).toEqual([]);
   const report: string[] = [];
   for (const n of cluster.nodes) {
     // THEN the agent carried out the four uninstalls, with one containerd start
-    const uninstalled = agentLog(n).filter(l => /^uninstall of .* admitted$/.test(l.msg ?? '')).map(l => l.shim).sort();
+    const uninstalled = [...uninstallsSeen.get(n.name)!].sort();
     expect({ node: n.name, uninstalled }).toEqual({ node: n.name, uninstalled: SHIM_NAMES });
     const starts = containerdStarts(n, deletedAt);
     report.push(`${n.name}: ${starts.length} containerd start(s)`);
