@@ -34,8 +34,9 @@ import * as path from 'path';
 import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
 import { InstallMode, RuntimeClassManager } from '../src';
+import { mergedPatch, NodeReport } from '../src/agent/change-set-reports';
 import { gatherWindow } from '../src/agent/node-agent';
-import { AdmittedRequest, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR } from '../src/shared/agent-protocol';
+import { AdmittedRequest, AgentResult, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR, resultKey } from '../src/shared/agent-protocol';
 import { createAgentPod } from '../test/support/agent-pods';
 import { ControlPlane, freePort, startControlPlane } from '../test/support/control-plane';
 import { environmentOf, nodeFlagsOf } from '../test/support/dockerfile';
@@ -212,21 +213,21 @@ function finishAgentRequests(admin: Rest): () => void {
     const startedAt = new Date().toISOString();
     await sleep(500);
     const finishedAt = new Date().toISOString();
-    const labels: Record<string, string | null> = {};
-    const annotations: Record<string, string | null> = {};
-    for (const { shim, admitted } of requests) {
+    // The agent's own report and merge: each Shim's result with its record after the success.
+    const patch = mergedPatch(requests.map(({ shim, admitted }): NodeReport => {
       const record = admitted.onSuccess;
-      Object.assign(labels, record?.labels);
-      Object.assign(annotations, record?.annotations, {
-        [`${shim}.shim.runtime.spinkube.dev/result`]: JSON.stringify({
-          name: admitted.name, admittedAt: admitted.createdAt, phase: 'succeeded', startedAt, finishedAt,
-          result: { outcome: 'installed', exitCode: 0 }, ...(record ? { recorded: true } : {}),
-        }),
-      });
-    }
+      const result: AgentResult = {
+        name: admitted.name, admittedAt: admitted.createdAt, phase: 'succeeded', startedAt, finishedAt,
+        result: { outcome: 'installed', exitCode: 0 }, ...(record ? { recorded: true } : {}),
+      };
+      return {
+        shim, request: admitted.name, phase: result.phase, stillWanted: () => true,
+        patch: { labels: record?.labels ?? {}, annotations: { ...record?.annotations, [resultKey(shim)]: JSON.stringify(result) } },
+      };
+    }));
     for (;;) {
       try {
-        await admin.request('PATCH', `/api/v1/nodes/${node}`, { metadata: { labels, annotations } }, 'application/merge-patch+json');
+        await admin.request('PATCH', `/api/v1/nodes/${node}`, patch, 'application/merge-patch+json');
         return;
       } catch (e: any) {
         if (stopped || e.code === 404) return;
