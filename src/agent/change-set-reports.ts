@@ -30,6 +30,7 @@ export const REPORT_LINGER_MS = 2000;
  * report once or leave (no outcome to write: withdrawn before it started, the agent stopping);
  * the reports are written together once no member is still open, or `lingerMs` after the
  * first report, whichever is first. Reports that come after that are written as they come.
+ * Where the write of several fails, each is written alone: one report's failure is its own.
  */
 export class ChangeSetReports {
   private readonly open: Set<string>;
@@ -61,7 +62,12 @@ export class ChangeSetReports {
     this.flushed = true;
     const waiting = this.waiting;
     this.waiting = [];
-    this.write(waiting.map(w => w.report)).then(() => waiting.forEach(w => w.written()), e => waiting.forEach(w => w.failed(e)));
+    this.write(waiting.map(w => w.report)).then(() => waiting.forEach(w => w.written()), e => {
+      // One report may be what the API server refused (a label value, the size of the
+      // annotations): the others are not failed with it, each is tried alone.
+      if (waiting.length === 1) waiting[0].failed(e);
+      else for (const w of waiting) this.write([w.report]).then(w.written, w.failed);
+    });
   }
 }
 

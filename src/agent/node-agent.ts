@@ -341,8 +341,14 @@ export class NodeAgent {
       await progress;
       // Withdrawn while it ran: nobody waits for this outcome (the controller admits the
       // operation again, and an install found in place is `unchanged`); writeReports() checks
-      // that before each attempt of its write.
-      await reports.report(requestId(admitted), reportOf(r, record));
+      // that before each attempt of its write. Checked here too: a withdrawn outcome does not
+      // wait for its change set, nor holds up its Shim's next request meanwhile.
+      const report = reportOf(r, record);
+      if (!report.stillWanted()) {
+        this.log.info('the request was withdrawn: its outcome is not reported', { shim, request: admitted.name, phase: report.phase });
+        return;
+      }
+      await reports.report(requestId(admitted), report);
     };
     try {
       if (admitted.operation === 'uninstall') await this.noGateFor(shim, admitted.handler);

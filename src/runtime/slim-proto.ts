@@ -143,26 +143,31 @@ export function nodeFingerprint(buf: Buffer): string {
       const m = f.nested();
       let from = -1;
       let to = -1;
+      let first = 0;
       while (m.next()) {
         if (m.no === 1 || m.no === 5) {
-          hashRegion(hash, buf, m.start, m.end);
+          hashRegion(hash, buf, m.no, m.start, m.end);
         } else if (m.no === 11 || m.no === 12) {
-          if (from < 0) from = m.start;
+          if (from < 0) {
+            from = m.start;
+            first = m.no;
+          }
           to = m.end;
         }
       }
       // Everything from the first label to the last annotation, keys and lengths included (a
-      // field in between that changes, were there any, only makes the digest change).
-      if (from >= 0) hashRegion(hash, buf, from, to);
+      // field in between that changes, were there any, only makes the digest change); the
+      // first entry's field number too: a lone label k=v is not a lone annotation k=v.
+      if (from >= 0) hashRegion(hash, buf, first, from, to);
     } else if (f.no === 2) {
-      hashRegion(hash, buf, f.start, f.end);
+      hashRegion(hash, buf, f.no, f.start, f.end);
     } else if (f.no === 3) {
       const s = f.nested();
       while (s.next()) {
         if (s.no === 4) {
           if (isReadyCondition(s)) ready = true;
         } else if (s.no === 7 || s.no === 12) {
-          hashRegion(hash, buf, s.start, s.end);
+          hashRegion(hash, buf, s.no, s.start, s.end);
         }
       }
     }
@@ -170,14 +175,18 @@ export function nodeFingerprint(buf: Buffer): string {
   return (ready ? 'R' : 'N') + hash.digest('base64');
 }
 
-/** Adds a region of `buf` to `hash`, with its field's place and length: regions that are joined differently do not hash alike. */
-function hashRegion(hash: Hash, buf: Buffer, start: number, end: number): void {
-  REGION_HEADER.writeUInt32BE(start, 0);
-  REGION_HEADER.writeUInt32BE(end - start, 4);
+/**
+ * Adds a region of `buf` to `hash`, with its field's number, place and length: regions of
+ * different fields, or joined differently, do not hash alike.
+ */
+function hashRegion(hash: Hash, buf: Buffer, field: number, start: number, end: number): void {
+  REGION_HEADER.writeUInt32BE(field, 0);
+  REGION_HEADER.writeUInt32BE(start, 4);
+  REGION_HEADER.writeUInt32BE(end - start, 8);
   hash.update(REGION_HEADER);
   hash.update(buf.subarray(start, end));
 }
-const REGION_HEADER = Buffer.alloc(8);
+const REGION_HEADER = Buffer.alloc(12);
 
 /** A Node's metadata (PartialObjectMetadata, or a whole Node): its name, labels and our annotations. */
 export function nodeMetadataFromProto(buf: Buffer): NodeMetadata {

@@ -1,5 +1,5 @@
 import { samePlain, slimNode } from '../../src/runtime/slim';
-import { nodeFromProto } from '../../src/runtime/slim-proto';
+import { nodeFingerprint, nodeFromProto } from '../../src/runtime/slim-proto';
 import { Fields, unwrap } from '../../src/shared/kube/protobuf';
 
 // The wire format reader on hand-made messages; real objects from an API server are covered
@@ -97,6 +97,18 @@ test('a Node\'s status.runtimeHandlers (Kubernetes 1.30+; a 1.20 API server drop
   expect(slimNode({ metadata: { name: 'n1' }, status: { runtimeHandlers: [{ name: '' }, { name: 'runc' }, { name: 'spin', features: { recursiveReadOnlyMounts: true } }] } }).runtimeHandlers)
     .toEqual(['', 'runc', 'spin']);
   expect(slimNode({ metadata: { name: 'n1' }, status: {} }).runtimeHandlers).toBeUndefined();
+});
+
+test('a Node\'s fingerprint tells a lone label from a lone annotation of the same key and value', () => {
+  // GIVEN two Nodes alike but for one entry: a label k=v (metadata field 11) or an annotation k=v (field 12), at the same place
+  const entry = (no: number) => str(no, Buffer.from([...str(1, 'k'), ...str(2, 'v')]));
+  const node = (no: number) => Buffer.from([...str(1, Buffer.from([...str(1, 'n1'), ...entry(no)])), ...str(3, Buffer.from([]))]);
+  // THEN the views differ, and so do the fingerprints (an event that turns one into the other is decoded)
+  expect(nodeFromProto(node(11)).labels).toEqual({ k: 'v' });
+  expect(nodeFromProto(node(12)).labels).toEqual({});
+  expect(nodeFingerprint(node(11))).not.toBe(nodeFingerprint(node(12)));
+  // AND the same bytes give the same fingerprint
+  expect(nodeFingerprint(node(11))).toBe(nodeFingerprint(Buffer.from(node(11))));
 });
 
 describe('samePlain: whether an event repeats the cached view (the informers then keep the cached object)', () => {

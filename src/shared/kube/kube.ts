@@ -143,11 +143,12 @@ function secureContextOf(access: ClusterAccess): tls.SecureContext {
  * An agent for one API server, with one TLS context for all its connections: any request may
  * take any of them. https.Agent names each request's pool of connections from its host, port
  * and two dozen TLS options, a string made anew for every request (some 2 KB of garbage each,
- * a rollout makes tens of thousands); here every request is in the one pool.
+ * a rollout makes tens of thousands); here a request's pool (and TLS session) is named by its
+ * host and port alone: the TLS options live on the agent, the same for every request.
  */
 class OneServerAgent extends https.Agent {
-  override getName(): string {
-    return 'api-server';
+  override getName(options: { host?: string | null; port?: number | string | null } = {}): string {
+    return `${options.host}:${options.port}`;
   }
 }
 
