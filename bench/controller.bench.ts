@@ -358,7 +358,8 @@ async function runController(cp: ControlPlane, admin: Rest, bundle: string, shim
     const events = new Map([...metrics.matchAll(/^rcm_watch_events_total\{resource="(\w+)"\} (\d+)/gm)].map(m => [m[1], Number(m[2])]));
     const reconciles = [...metrics.matchAll(/^rcm_reconciles_total\{result="\w+"\} (\d+)/gm)].reduce((sum, m) => sum + Number(m[1]), 0);
     const watches = [...metrics.matchAll(/^rcm_watch_bytes_total\{resource="(\w+)"\} (\d+)/gm)]
-      .map(m => `${m[1]} ${events.get(m[1])} events ${(Number(m[2]) / 1e6).toFixed(1)} MB`).join(', ') + `; ${reconciles} reconciles`;
+      .map(m => `${m[1]} ${events.get(m[1])} events ${(Number(m[2]) / 1e6).toFixed(1)} MB`).join(', ') + `; ${reconciles} reconciles`
+      + (/^rcm_plan_seconds_total (\S+)/m.test(metrics) ? ` (deciding them ${Number(/^rcm_plan_seconds_total (\S+)/m.exec(metrics)![1]).toFixed(2)} s)` : '');
     const gauge = (metric: string) => Number(new RegExp(`^${metric} (\\S+)`, 'm').exec(metrics)?.[1] ?? NaN) / 2 ** 20;
     if (process.env.RCM_BENCH_THREADS) console.log(`heap used ${gauge('nodejs_heap_size_used_bytes').toFixed(1)} MiB of ${gauge('nodejs_heap_size_total_bytes').toFixed(1)}, external ${gauge('nodejs_external_memory_bytes').toFixed(1)} MiB`);
     if (allocations) fs.writeFileSync(process.env.RCM_BENCH_ALLOCATIONS!, JSON.stringify(await allocations.stop()));

@@ -8,7 +8,7 @@ import { CreatedJob, ObservedJob } from './job-judgement';
 import { ANNOTATION_SHIM, installerJob, JobObserver, JobSettings, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
 import { Metrics } from './metrics';
 import { PassDurations } from './pass-durations';
-import { FINALIZER, planPass } from './planner';
+import { FINALIZER, planPass, VisitMemos } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
 import {
@@ -60,6 +60,8 @@ export class Controller {
   readonly queue = new WorkQueue(200, 60_000, () => this.passIntervalMs());
   /** How long passes took lately: the node agents wait that much longer for a change's requests (see AdmittedRequest). */
   private readonly passDurations = new PassDurations();
+  /** What each Shim's last pass made of each node: nodes as they were are not visited again (planner.ts). */
+  private readonly visits = new VisitMemos();
   private shims!: Informer<ShimObject>;
   /** Every Node as the planner sees it: read whole (install mode Jobs), or composed (AgentNodeViews). */
   private nodes!: NodeCache;
@@ -391,6 +393,7 @@ export class Controller {
       return;
     }
     // One clock reading per pass: the planner judges the Jobs and plans by the same `now`.
+    const planning = process.hrtime.bigint();
     const result = planPass({
       shim,
       nodes: this.nodes.list(),
@@ -402,7 +405,9 @@ export class Controller {
       retry: this.settings.retry,
       now: new Date().toISOString(),
       installMode: this.settings.installMode,
+      visits: this.visits,
     });
+    this.metrics.planSeconds.inc(Number(process.hrtime.bigint() - planning) / 1e9);
     for (const created of result.settled.created) this.createdJobs.delete(created);
     for (const deleted of result.settled.deleted) this.deletedJobs.delete(deleted);
     const jobs = result.jobs;

@@ -17,6 +17,11 @@ export class Metrics {
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers: [this.registry],
   });
+  readonly planSeconds = new Counter({
+    name: 'rcm_plan_seconds_total',
+    help: 'Time spent deciding reconciles (what the caches show read, the planner over every node), without the API writes',
+    registers: [this.registry],
+  });
   readonly installs = new Counter({ name: 'rcm_node_installs_total', help: 'Finished node installs by outcome', labelNames: ['outcome'], registers: [this.registry] });
   readonly operationDuration = new Histogram({
     name: 'rcm_node_operation_duration_seconds',

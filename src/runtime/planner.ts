@@ -54,6 +54,12 @@ export interface PlanInput {
    * @default 'jobs'
    */
   readonly installMode?: 'jobs' | 'agent';
+  /**
+   * What the last passes' visits gave, kept by the adapter from pass to pass: nodes as they were
+   * are then counted without a visit (see VisitMemos).
+   * @default none: every node is visited
+   */
+  readonly visits?: VisitMemos;
 }
 
 /** A pass's input: the Jobs as the adapter observed them, not judged yet. */
@@ -435,7 +441,8 @@ export function plan(input: PlanInput): Plan {
   // removals, then installs; within each, the nodes where another Shim's installer runs now
   // (the node restarts containerd once for both).
   const order = (retry: boolean, step: Step, joins: boolean) => (retry ? 0 : step.operation === 'uninstall' ? 2 : 4) + (joins ? 0 : 1);
-  const candidates: Candidate[][] = [[], [], [], [], [], []];
+  // A candidate counted again unvisited (VisitMemo) is its node's place: made a Candidate only if admitted.
+  const candidates: (Candidate | number)[][] = [[], [], [], [], [], []];
   // No pass admits more of a bucket's nodes than the budget of the whole fleet: past that many
   // (exempt ones aside), a bucket's nodes are only counted, each queued as it would have been.
   // While a rollout is under way most nodes are due an install, thousands at every pass.
@@ -449,12 +456,52 @@ export function plan(input: PlanInput): Plan {
   const pass: PassContext = { keys, desired, retryToken, policy, now };
 
   const nodes = byName(input.nodes);
+  /**
+   * The candidate at place `i`, counted again unvisited: its visit had no Job, no failure that
+   * counts and the same settings, so it is what that visit made of the same node.
+   */
+  const unvisited = (i: number): Candidate => {
+    const node = nodes[i];
+    const serving = !deleting && matches(node);
+    const d = derivedOnce(node, uid, settings, serving, pass);
+    return { node, step: d.step!, attempt: 1, retry: false, joins: false, supersedes: NO_JOBS, record: d.record, serving };
+  };
+  const memo = (input.visits ?? NO_MEMO).start(uid, `${settings}\0${JSON.stringify(selector)}\0${input.installMode ?? 'jobs'}`, nodes, input.jobs, nodeNamed);
   // An indexed loop: plan() is large, and an iterator's result objects were thousands a pass.
   for (let i = 0; i < nodes.length; i++) {
+    // Most nodes are as they were at the last pass (the same object, no Job there): what their
+    // visit gave then is counted again without reading them. A candidate among them is its
+    // place, made a Candidate only if admitted (unvisited()).
+    const known = memo.recall(i);
+    if (known !== UNKNOWN) {
+      const outcome = known % READY;
+      if (known % TRACED >= READY) tally.ready++;
+      if (known >= TRACED) traced++;
+      if (outcome === WAITING) {
+        tally.waitingForNodes.push(nodes[i].name);
+      } else if (outcome === BLOCKED) {
+        tally.blocked.push(nodes[i].name);
+      } else if (outcome >= BUCKET) {
+        const b = outcome - BUCKET;
+        if (budgeted[b] >= cap) {
+          beyondCap[b]++;
+        } else {
+          budgeted[b]++;
+          candidates[b].push(i);
+        }
+      }
+      memo.remember(i, known);
+      continue;
+    }
     const node = nodes[i];
     const isSelected = !deleting && matches(node);
     const jobs = own.get(node.name) ?? NO_JOBS;
-    if (!isSelected && jobs.length === 0 && !hasTrace(node, keys)) continue;
+    // What this visit gives, where a later pass may count it again (UNKNOWN where it may not).
+    const calm = jobs.length === 0 && !others.has(node.name);
+    if (!isSelected && jobs.length === 0 && !hasTrace(node, keys)) {
+      if (calm) memo.remember(i, NOTHING);
+      continue;
+    }
     const serving = !deleting && isSelected;
     // Most nodes have no Job of this Shim: no arrays are made for them (every pass visits every node).
     const running = jobs.length === 0 ? NO_JOBS : jobs.filter(j => j.phase === 'running');
@@ -477,10 +524,20 @@ export function plan(input: PlanInput): Plan {
       if (job.phase === 'succeeded' && (!job.batch || job.reportedSuccess || job.recordedByAgent)) actions.push({ kind: 'deleteJob', name: job.name });
     }
 
-    if (record.installed.length > 0 || running.length > 0) traced++;
+    let flags = 0;
+    if (record.installed.length > 0 || running.length > 0) {
+      traced++;
+      flags += TRACED;
+    }
     const top = record.installed[0];
     if (isSelected && desired && top?.handler === desired.handler && top.revision === desired.revision
-      && !(top.bootID && node.bootID && top.bootID !== node.bootID) && running.length === 0) tally.ready++;
+      && !(top.bootID && node.bootID && top.bootID !== node.bootID) && running.length === 0) {
+      tally.ready++;
+      flags += READY;
+    }
+    // Only a node without Jobs (its own or other Shims'), whose record needs no write and whose
+    // visit does not depend on the time (no failure that counts) is counted again unvisited.
+    const again = calm && !d.patch && !(relevant && failure);
 
     if (running.length > 0) {
       // A retry in progress: the failure it follows stays visible (and Degraded stays) until it ends.
@@ -497,7 +554,10 @@ export function plan(input: PlanInput): Plan {
       }
       continue;
     }
-    if (!step) continue;
+    if (!step) {
+      if (again) memo.remember(i, flags + NOTHING);
+      continue;
+    }
 
     let attempt = 1;
     // A node that failed and is due another attempt keeps its slot until that attempt: while it
@@ -520,16 +580,19 @@ export function plan(input: PlanInput): Plan {
     if (!node.ready || !node.schedulable) {
       tally.waitingForNodes.push(node.name);
       if (betweenAttempts) tally.inFlight++;
+      if (again) memo.remember(i, flags + WAITING);
       continue;
     }
     const othersHere = others.get(node.name) ?? NO_JOBS;
     if (step.operation === 'install' && handlerBusy(node, step.handler, keys.installed, othersHere)) {
       tally.blocked.push(node.name);
+      if (again) memo.remember(i, flags + BLOCKED);
       continue;
     }
     const joins = someRunning(othersHere);
     const bucket = order(relevant, step, joins);
     if (step.reverify !== true) {
+      if (again) memo.remember(i, flags + BUCKET + bucket);
       if (budgeted[bucket] >= cap) {
         beyondCap[bucket]++;
         continue;
@@ -561,7 +624,7 @@ export function plan(input: PlanInput): Plan {
   for (let b = 0; b < candidates.length; b++) {
     const bucket = candidates[b];
     for (let i = 0; i < bucket.length; i++) {
-      const c = bucket[i];
+      const c = typeof bucket[i] === 'number' ? unvisited(bucket[i] as number) : bucket[i] as Candidate;
       const exempt = c.step.reverify === true;
       if (!exempt && tally.stopped && c.step.operation === 'install' && !c.retry) continue;
       if (!exempt && budget <= 0) {
@@ -683,6 +746,93 @@ function derivedOnce(node: NodeView, uid: string, settings: string, serving: boo
   else entries.push({ uid, settings, serving, derived });
   return derived;
 }
+
+// What a node's visit gave (VisitMemo): an outcome (below READY), plus READY and TRACED where they hold.
+const UNKNOWN = 0;
+const NOTHING = 1;
+const WAITING = 2;
+const BLOCKED = 3;
+/** Due an operation, in bucket `outcome - BUCKET` (0-5). */
+const BUCKET = 4;
+const READY = 16;
+const TRACED = 32;
+
+/**
+ * What each node's visit gave at a Shim's last pass, by the node's place in the pass's list of
+ * nodes, and what this pass's visits give. A pass visits every node, thousands of them, and
+ * reading each node's objects (its view, its derived record) cost several times the loop
+ * itself: most are where no cache line holds them. A node is counted again unvisited where it
+ * is the same object at the same place, no Job (its own or another Shim's) is on it, and the
+ * pass reads the same settings: everything its visit read is then the same.
+ */
+interface VisitMemo {
+  /** The last pass's outcome for place `i`, or UNKNOWN where the node must be visited. */
+  recall(i: number): number;
+  /** This pass's outcome for place `i` (left UNKNOWN where the visit may not be counted again). */
+  remember(i: number, outcome: number): void;
+}
+
+interface Visits {
+  readonly key: string;
+  readonly nodes: readonly NodeView[];
+  readonly outcomes: Uint8Array;
+  /** Each node's place in `nodes`, by name. */
+  readonly places: Map<string, number>;
+}
+
+/**
+ * What each Shim's last pass made of each node (VisitMemo), kept by the adapter from pass to
+ * pass. Node views must not be changed in place (a changed node is a new object, as the
+ * informers make it).
+ */
+export class VisitMemos {
+  /** Visits that were not made: nodes counted again as their last pass found them. */
+  unvisited = 0;
+  private readonly last = new Map<string, Visits>();
+
+  /** A pass of Shim `uid` over `nodes` that reads settings `key`, with `jobs` (every Shim's). */
+  start(uid: string, key: string, nodes: readonly NodeView[], jobs: readonly JobView[],
+    nodeNamed: (name: string) => NodeView | undefined): VisitMemo {
+    const last = this.last.get(uid);
+    let places = last?.places;
+    // The places of the nodes with Jobs; the last pass's index of places while it still holds.
+    const busy = new Uint8Array(nodes.length);
+    const mark = (): boolean => {
+      for (let j = 0; j < jobs.length; j++) {
+        const at = places!.get(jobs[j].node);
+        if (at !== undefined && nodes[at]?.name === jobs[j].node) busy[at] = 1;
+        else if (nodeNamed(jobs[j].node) !== undefined) return false; // the node is elsewhere now
+      }
+      return true;
+    };
+    if (!places || !mark()) {
+      places = new Map();
+      for (let i = 0; i < nodes.length; i++) places.set(nodes[i].name, i);
+      busy.fill(0);
+      mark();
+    }
+    const outcomes = new Uint8Array(nodes.length);
+    if (!last && this.last.size >= 1000) this.last.clear(); // Shims come and go: bounded
+    this.last.set(uid, { key, nodes, outcomes, places });
+    const remember = (i: number, outcome: number) => {
+      outcomes[i] = outcome;
+    };
+    if (last?.key !== key) return { recall: () => UNKNOWN, remember };
+    const before = last.outcomes;
+    const beforeNodes = last.nodes;
+    return {
+      recall: i => {
+        const outcome = i < beforeNodes.length && beforeNodes[i] === nodes[i] && busy[i] === 0 ? before[i] : UNKNOWN;
+        if (outcome !== UNKNOWN) this.unvisited++;
+        return outcome;
+      },
+      remember,
+    };
+  }
+}
+
+/** No memo: every node is visited. */
+const NO_MEMO = { start: (): VisitMemo => ({ recall: () => UNKNOWN, remember: () => undefined }) };
 
 /** The last failed Job of the record's failure stays for inspection (see plan()). */
 function keptFailure(record: NodeRecord, job: JobView): boolean {

@@ -1,7 +1,8 @@
 // A small world for planner scenario tests: nodes with labels and annotations, installer
 // Jobs, a RuntimeClass, and what each host really has installed. `step()` runs the planner
 // and applies its actions the way the adapter would; `check()` asserts the invariants.
-import { FINALIZER, plan, PlanInput } from '../../src/runtime/planner';
+import { isDeepStrictEqual } from 'util';
+import { FINALIZER, plan, PlanInput, VisitMemos } from '../../src/runtime/planner';
 import { Action, JobView, NodeView, RetryPolicy, RuntimeClassObject, ShimObject } from '../../src/runtime/types';
 
 export const POLICY: RetryPolicy = { baseSeconds: 10, maxSeconds: 80, failureThreshold: 3 };
@@ -17,6 +18,14 @@ export class World {
   log: Action[][] = [];
   /** Most Jobs running at once, per Shim uid. */
   peak = new Map<string, number>();
+  /**
+   * Set: passes keep what they made of each node (VisitMemos), and node views keep their object
+   * while the node does not change, as the controller's informers keep them; every pass is then
+   * checked against a pass that visits every node afresh.
+   */
+  memo?: VisitMemos;
+  private readonly kept = new Map<string, { text: string; view: NodeView }>();
+
 
   constructor(nodeNames: string[], labels: Record<string, string> = {}) {
     for (const n of nodeNames) {
@@ -33,12 +42,23 @@ export class World {
     return [...this.nodes].map(([name, n]) => ({ ...n, name, labels: { ...n.labels }, annotations: { ...n.annotations } }));
   }
 
+  /** The views, each the same object as before while its node is unchanged. */
+  private keptViews(): NodeView[] {
+    return this.views().map(v => {
+      const text = JSON.stringify(v);
+      const before = this.kept.get(v.name);
+      if (before?.text === text) return before.view;
+      this.kept.set(v.name, { text, view: v });
+      return v;
+    });
+  }
+
   /** One reconcile of the named Shim; returns its plan. */
   step(name: string, policy: RetryPolicy = POLICY) {
     const shim = this.shims.find(s => s.metadata.name === name)!;
     const input: PlanInput = {
       shim,
-      nodes: this.views(),
+      nodes: this.memo ? this.keptViews() : this.views(),
       jobs: this.jobs.map(j => ({ ...j })),
       otherShims: this.shims.filter(s => s !== shim),
       runtimeClasses: this.runtimeClass ? [{
@@ -54,8 +74,15 @@ export class World {
       }] : [],
       retry: policy,
       now: this.now,
+      visits: this.memo,
     };
     const result = plan(input);
+    if (this.memo) {
+      const afresh = plan({ ...input, nodes: this.views(), visits: undefined });
+      if (!isDeepStrictEqual(result, afresh)) {
+        throw new Error(`a pass with kept visits differs from one afresh:\n${JSON.stringify(result, null, 1)}\n---\n${JSON.stringify(afresh, null, 1)}`);
+      }
+    }
     for (const action of result.actions) this.apply(shim, action);
     shim.status = result.status;
     this.log.push(result.actions);
