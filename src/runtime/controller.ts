@@ -390,6 +390,7 @@ export class Controller {
     const shim = this.shims.get(name);
     if (!shim) {
       this.metrics.forgetShim(name); // gone: its finalizer was released already
+      this.visits.keepOnly(new Set(this.shims.list().map(s => s.metadata.uid)));
       return;
     }
     // One clock reading per pass: the planner judges the Jobs and plans by the same `now`.

@@ -441,7 +441,8 @@ export function plan(input: PlanInput): Plan {
   // removals, then installs; within each, the nodes where another Shim's installer runs now
   // (the node restarts containerd once for both).
   const order = (retry: boolean, step: Step, joins: boolean) => (retry ? 0 : step.operation === 'uninstall' ? 2 : 4) + (joins ? 0 : 1);
-  // A candidate counted again unvisited (VisitMemo) is its node's place: made a Candidate only if admitted.
+  // A candidate counted again unvisited (VisitMemo) is its node's place: made a Candidate only
+  // when the admission loop reaches it, not for every node due an operation.
   const candidates: (Candidate | number)[][] = [[], [], [], [], [], []];
   // No pass admits more of a bucket's nodes than the budget of the whole fleet: past that many
   // (exempt ones aside), a bucket's nodes are only counted, each queued as it would have been.
@@ -471,7 +472,7 @@ export function plan(input: PlanInput): Plan {
   for (let i = 0; i < nodes.length; i++) {
     // Most nodes are as they were at the last pass (the same object, no Job there): what their
     // visit gave then is counted again without reading them. A candidate among them is its
-    // place, made a Candidate only if admitted (unvisited()).
+    // place, made a Candidate only when the admission loop reaches it (unvisited()).
     const known = memo.recall(i);
     if (known !== UNKNOWN) {
       const outcome = known % READY;
@@ -790,6 +791,11 @@ export class VisitMemos {
   unvisited = 0;
   private readonly last = new Map<string, Visits>();
 
+  /** Drops what was kept of Shims other than these (those that are gone). */
+  keepOnly(uids: ReadonlySet<string>): void {
+    for (const uid of this.last.keys()) if (!uids.has(uid)) this.last.delete(uid);
+  }
+
   /** A pass of Shim `uid` over `nodes` that reads settings `key`, with `jobs` (every Shim's). */
   start(uid: string, key: string, nodes: readonly NodeView[], jobs: readonly JobView[],
     nodeNamed: (name: string) => NodeView | undefined): VisitMemo {
@@ -797,19 +803,21 @@ export class VisitMemos {
     let places = last?.places;
     // The places of the nodes with Jobs; the last pass's index of places while it still holds.
     const busy = new Uint8Array(nodes.length);
-    const mark = (): boolean => {
+    // `strict`: false where a Job's node is in the caches but not where the index says (the
+    // index is then made again); else such a Job is passed over (its node is not in `nodes`).
+    const mark = (strict: boolean): boolean => {
       for (let j = 0; j < jobs.length; j++) {
         const at = places!.get(jobs[j].node);
         if (at !== undefined && nodes[at]?.name === jobs[j].node) busy[at] = 1;
-        else if (nodeNamed(jobs[j].node) !== undefined) return false; // the node is elsewhere now
+        else if (strict && nodeNamed(jobs[j].node) !== undefined) return false;
       }
       return true;
     };
-    if (!places || !mark()) {
+    if (!places || !mark(true)) {
       places = new Map();
       for (let i = 0; i < nodes.length; i++) places.set(nodes[i].name, i);
       busy.fill(0);
-      mark();
+      mark(false);
     }
     const outcomes = new Uint8Array(nodes.length);
     if (!last && this.last.size >= 1000) this.last.clear(); // Shims come and go: bounded
@@ -817,7 +825,8 @@ export class VisitMemos {
     const remember = (i: number, outcome: number) => {
       outcomes[i] = outcome;
     };
-    if (last?.key !== key) return { recall: () => UNKNOWN, remember };
+    // The same list as last time may have been changed in place: nothing is recalled from it.
+    if (last?.key !== key || last.nodes === nodes) return { recall: () => UNKNOWN, remember };
     const before = last.outcomes;
     const beforeNodes = last.nodes;
     return {

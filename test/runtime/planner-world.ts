@@ -24,6 +24,8 @@ export class World {
    * checked against a pass that visits every node afresh.
    */
   memo?: VisitMemos;
+  /** How the passes say operations reach the nodes. */
+  installMode?: 'jobs' | 'agent';
   private readonly kept = new Map<string, { text: string; view: NodeView }>();
 
 
@@ -75,6 +77,7 @@ export class World {
       retry: policy,
       now: this.now,
       visits: this.memo,
+      ...(this.installMode ? { installMode: this.installMode } : {}),
     };
     const result = plan(input);
     if (this.memo) {

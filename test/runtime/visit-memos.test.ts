@@ -6,8 +6,9 @@ import { JobView, ShimObject } from '../../src/runtime/types';
 // Job on it, under the same settings, is counted again without a visit. Every pass of these
 // worlds is checked against a pass that visits every node afresh (World.memo): they must be
 // equal, action for action, through rollouts, failures and retries, nodes going down, cordoned,
-// rebooted and relabelled, a new revision, a retry request, a Shim deleted, nodes joining and
-// leaving.
+// rebooted and relabelled, a new revision, a retry request, a selector or retry policy
+// changed, a Shim deleted, nodes joining and leaving, failed Jobs removed by hand; a quarter of
+// the worlds in install mode NodeAgent.
 
 /** A small seeded generator (Park and Miller's): the same worlds every run. */
 function random(seed: number): () => number {
@@ -36,6 +37,8 @@ test.each(Array.from({ length: 120 }, (_, i) => i + 1))('world %i: every pass wi
   const names = Array.from({ length: 5 + Math.floor(rnd() * 30) }, (_, i) => `node-${String(i).padStart(2, '0')}`);
   const w = new World(names);
   w.memo = new VisitMemos();
+  if (seed % 4 === 0) w.installMode = 'agent';
+  let policy = { ...POLICY, failureThreshold: pick([2, 3]) };
   const shims = ['spin', 'wasmtime', 'wws'].slice(0, 1 + Math.floor(rnd() * 3))
     .map((name, i) => shimOf(name, `u${i}`, pick(['1', '2', '25%', '50%', '100%']), rnd() < 0.3 ? { pool: 'wasm' } : undefined));
   w.shims = [...shims];
@@ -45,7 +48,7 @@ test.each(Array.from({ length: 120 }, (_, i) => i + 1))('world %i: every pass wi
   for (let step = 0; step < 60 && w.shims.length > 0; step++) {
     // A pass (or two) of a Shim, as the controller's queue might run them.
     for (let k = 0; k < 1 + Math.floor(rnd() * 2) && w.shims.length > 0; k++) {
-      w.step(pick(w.shims).metadata.name, POLICY);
+      w.step(pick(w.shims).metadata.name, policy);
       passes++;
     }
     // The kubelets and installers: some Jobs end, some fail, others go on.
@@ -86,7 +89,17 @@ test.each(Array.from({ length: 120 }, (_, i) => i + 1))('world %i: every pass wi
         const gone = pick(failed);
         w.jobs = w.jobs.filter(j => j !== gone);
       }
-    } else if (change < 0.46 && step > 40) {
+    } else if (change < 0.47) {
+      // A Shim's selector changes, or the retry policy.
+      const s = pick(w.shims);
+      if (rnd() < 0.5) s.spec = { ...s.spec, nodeSelector: s.spec.nodeSelector ? undefined : { pool: 'wasm' } };
+      else policy = { ...policy, failureThreshold: policy.failureThreshold === 2 ? 3 : 2 };
+    } else if (change < 0.48) {
+      // A node joins at the end of the list (no other node moves).
+      const name = `zz-joined-${joined++}`;
+      w.nodes.set(name, { labels: { 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64' }, annotations: {}, ready: true, schedulable: true, bootID: 'boot-1' });
+      w.hosts.set(name, new Set());
+    } else if (change < 0.49 && step > 40) {
       const s = pick(w.shims);
       s.metadata = { ...s.metadata, deletionTimestamp: w.now };
     }
