@@ -25,9 +25,10 @@ test('a stage without an exec-form ENTRYPOINT is an error naming it', () => {
   expect(() => entrypointOf('absent', DOCKERFILE)).toThrow(/stage absent/);
 });
 
-test('the controller image of this tree runs node with a bounded young generation', () => {
+test('the controller image of this tree runs node with a bounded young generation and an old one that grows by half', () => {
   const flags = nodeFlagsOf('controller');
   expect(flags).toContain('--max-semi-space-size=4');
+  expect(flags).toContain('--heap-growing-percent=50');
   expect(entrypointOf('controller').at(-1)).toBe('/usr/local/lib/rcm/rcm-controller.js');
 });
 
