@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Provisions what the integration and end-to-end tests need on a Debian 12 machine:
-# Debian packages (etcd, containerd, CNI plugins, busybox, Go toolchain to build the
-# control plane) and the Kubernetes 1.20.2 control plane built from Debian's source
-# package, cached outside the work tree. Idempotent: a second run only checks.
+# Debian packages (containerd 1.6 as a config oracle and the k3s-shaped node's, CNI plugins,
+# busybox, the toolchains of the jsii targets) and the current stack built from the Go module
+# proxy with the machine's Go (/usr/local/go, never a downloaded toolchain): Kubernetes at the
+# newest release and at the oldest version the project supports (scripts/stack/build-kubernetes.sh),
+# etcd, containerd 2, runc, crictl and the CNI plugins (scripts/stack/build-runtime.sh), cached
+# outside the work tree. Idempotent: a second run only checks. Each phase prints its time.
 #
 # lua5.1 runs the Argo CD health check of the Shim kind in the tests (Argo CD speaks Lua 5.1);
 # python3-build, setuptools, wheel and golang-go build and check the jsii targets in CI.
@@ -15,13 +18,13 @@
 set -euo pipefail
 
 CACHE_DIR="${RCM_CACHE_DIR:-$HOME/.cache/rcm}"
-KUBE_VERSION="1.20.2"
-KUBE_DIR="$CACHE_DIR/kubernetes-$KUBE_VERSION"
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
-DEB_PACKAGES=(etcd-server containerd runc containernetworking-plugins busybox-static openssl
-  iproute2 util-linux curl ca-certificates file strace
-  lua5.1 python3-build python3-setuptools python3-wheel golang-go wabt)
-BUILD_PACKAGES=(golang-go rsync jq golang-github-modern-go-reflect2-dev dpkg-dev)
+# The Kubernetes versions the tests run: the newest release, and the oldest the project supports
+# (docs/operators/versions.md says why; test/support/tools.ts names the same two).
+KUBE_VERSIONS=(1.37.2 1.34.4)
+DEB_PACKAGES=(containerd runc containernetworking-plugins busybox-static openssl
+  iproute2 util-linux curl ca-certificates file strace jq
+  lua5.1 python3-build python3-setuptools python3-wheel golang-go wabt
+  libseccomp-dev pkg-config gcc)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 
@@ -53,55 +56,30 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-ensure_deb_src() {
-  if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src ' /etc/apt/sources.list; then
-    need_root "deb-src entries are needed to fetch Debian's kubernetes source package"
-    log "adding deb-src for bookworm"
-    cat > /etc/apt/sources.list.d/rcm-deb-src.sources <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    apt_updated=""
-  fi
+# The machine's Go (/usr/local/go on these machines; Debian's golang-go, /usr/bin/go, is 1.19 and too
+# old for Kubernetes 1.34+): the newest go on PATH or in /usr/local/go, said aloud.
+stack_go() {
+  local g
+  for g in "$(command -v go || true)" /usr/local/go/bin/go; do
+    [ -x "$g" ] || continue
+    if "$g" version | grep -qE 'go1\.(2[4-9]|[3-9][0-9])'; then printf '%s\n' "$(dirname "$g")"; return 0; fi
+  done
+  log "ERROR: no Go 1.24 or later on PATH or in /usr/local/go (Debian's golang-go is 1.19)"
+  exit 3
 }
 
-build_kubernetes() {
-  local b complete=1
-  for b in "${KUBE_BINARIES[@]}"; do [ -x "$KUBE_DIR/$b" ] || complete=""; done
-  if [ -n "$complete" ]; then
-    log "kubernetes $KUBE_VERSION binaries cached in $KUBE_DIR"
-    return 0
-  fi
-  ensure_deb_src
-  # shellcheck disable=SC2046
-  apt_install $(missing_packages "${BUILD_PACKAGES[@]}")
-  [ -n "$apt_updated" ] || { apt-get update -qq || true; apt_updated=1; }
-  local work
-  work="$(mktemp -d "${TMPDIR:-/tmp}/rcm-kube-build.XXXXXX")"
-  log "building kubernetes $KUBE_VERSION from Debian's source package in $work (about 5 minutes)"
-  (
-    cd "$work"
-    apt-get source --download-only kubernetes >/dev/null
-    tar xzf kubernetes_*.orig.tar.gz
-    cd "kubernetes-$KUBE_VERSION"
-    mkdir -p .go/src/k8s.io && ln -sfn ../../.. .go/src/k8s.io/kubernetes
-    # The vendored reflect2 1.0.1 crashes the API server under Go >= 1.18 on the first
-    # custom resource request; Debian's 1.0.2 source is a drop-in replacement.
-    rm -rf vendor/github.com/modern-go/reflect2
-    cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 vendor/github.com/modern-go/reflect2
-    rm -f vendor/github.com/modern-go/reflect2/*_test.go
-    env GOPATH="$PWD/.go" HOME="$work/home" GOCACHE="$work/gocache" CGO_ENABLED=0 \
-      make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubelet cmd/kubectl" >"$work/build.log" 2>&1 \
-      || { tail -40 "$work/build.log" >&2; exit 1; }
-    mkdir -p "$KUBE_DIR.tmp"
-    for b in "${KUBE_BINARIES[@]}"; do cp "_output/bin/$b" "$KUBE_DIR.tmp/$b"; done
-  )
-  rm -rf "$KUBE_DIR" && mv "$KUBE_DIR.tmp" "$KUBE_DIR"
-  rm -rf "$work"
-  log "kubernetes $KUBE_VERSION binaries cached in $KUBE_DIR"
+build_stack() {
+  local gobin t v
+  gobin="$(stack_go)"
+  log "current stack built with $("$gobin/go" version) ($gobin/go)"
+  for v in "${KUBE_VERSIONS[@]}"; do
+    t=$(date +%s)
+    PATH="$gobin:$PATH" bash "$(dirname "$0")/stack/build-kubernetes.sh" "$v" >/dev/null
+    log "kubernetes $v ready in $CACHE_DIR/kubernetes-$v ($(( $(date +%s) - t )) s)"
+  done
+  t=$(date +%s)
+  PATH="$gobin:$PATH" bash "$(dirname "$0")/stack/build-runtime.sh" >/dev/null
+  log "etcd, containerd 2, runc, crictl, CNI ready ($(( $(date +%s) - t )) s)"
 }
 
 # containerd 1.7 (trixie) and 2.1 (sid) binaries for the config oracle tests: downloaded with
@@ -234,15 +212,18 @@ build_node_rootfs() {
 
 main() {
   # shellcheck disable=SC2046
-  apt_install $(missing_packages "${DEB_PACKAGES[@]}")
-  build_kubernetes
-  fetch_containerd_suite trixie
-  fetch_containerd_suite sid
-  fetch_node24
-  fetch_runtimes
-  fetch_wasm_runtime
-  build_node_rootfs
-  log "ready"
+  local t0 t
+  t0=$(date +%s)
+  phase() { t=$(date +%s); "$@"; log "phase $1: $(( $(date +%s) - t )) s"; }
+  phase apt_install $(missing_packages "${DEB_PACKAGES[@]}")
+  phase build_stack
+  phase fetch_containerd_suite trixie
+  phase fetch_containerd_suite sid
+  phase fetch_node24
+  phase fetch_runtimes
+  phase fetch_wasm_runtime
+  phase build_node_rootfs
+  log "ready in $(( $(date +%s) - t0 )) s"
 }
 
 main "$@"

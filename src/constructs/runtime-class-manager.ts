@@ -164,8 +164,8 @@ export interface RuntimeClassManagerProps {
    */
   readonly defaultRestart?: ContainerdRestart;
   /**
-   * Time to live of finished installer Jobs where the cluster's TTL controller runs
-   * (Kubernetes 1.23 and later; alpha and off on older versions). The controller does not
+   * Time to live of finished installer Jobs (the cluster's TTL controller, on every supported
+   * Kubernetes version). The controller does not
    * rely on it: it removes each finished Job once the result is recorded on the node, and
    * keeps a node's last failed Job for inspection until the next attempt.
    * @default Duration.hours(1)
@@ -255,7 +255,7 @@ export interface RuntimeClassManagerProps {
    */
   readonly priorityClassName?: string;
   /**
-   * Synthesize a PodDisruptionBudget (`policy/v1`, Kubernetes 1.21 and later) that keeps
+   * Synthesize a PodDisruptionBudget (`policy/v1`) that keeps
    * one replica through voluntary disruptions (drains).
    * @default - true with more than one replica
    */
@@ -322,8 +322,6 @@ const LINUX = { 'kubernetes.io/os': 'linux' };
  *   // Where you pushed the images built from images/Dockerfile, and their tag.
  *   imageRegistry: 'registry.example.com/rcm',
  *   imageTag: '0.1.0',
- *   // Kubernetes 1.20 has no policy/v1 PodDisruptionBudget: leave it out there.
- *   podDisruptionBudget: false,
  * });
  * manager.addShim('spin', {
  *   handler: 'spin',

@@ -6,7 +6,7 @@ import { parse } from 'smol-toml';
 import { Rollout, ShimConstructProps, ShimNodeLabels } from '../../src';
 import {
   addPayloadShim, applyApp, applyFile, Artifact, condition, containerdStarts, createPod, deleteWorkloads, diagnostics, fleet, getNode,
-  handlerOf, handlersOf, NS, payloadShim, podWhen, publishShimPayload, runtimeOf, setUpFleet, SHIMS, sleep, step as fleetStep, synthFleetApp,
+  criRuntimeOf, handlerOf, handlersOf, NS, payloadShim, podWhen, publishShimPayload, runtimeOf, setUpFleet, SHIMS, sleep, step as fleetStep, synthFleetApp,
   workloadPod,
 } from '../support/fleet-app';
 import { ArtifactServer } from '../support/installer-bundle';
@@ -677,7 +677,7 @@ step('scenario 6: a handler change across the fleet, applied with kubectl apply 
     for (const name of selected) {
       const n = cluster.node(name);
       const effective = parse(n.host.read(n.effectiveConfig)!) as any;
-      expect({ node: name, handler: rc.handler, present: effective.plugins['io.containerd.grpc.v1.cri'].containerd.runtimes[rc.handler] !== undefined })
+      expect({ node: name, handler: rc.handler, present: criRuntimeOf(effective).containerd.runtimes[rc.handler] !== undefined })
         .toEqual({ node: name, handler: rc.handler, present: true });
     }
     polls++;

@@ -12,7 +12,7 @@ import { CodeBlock, codeBlocks, createFreshApp, FreshApp, packTarball, synthesiz
 import { buildProductImages, CONTROLLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
 import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from '../support/single-node-cluster';
-import { KUBE_BIN_DIR, KUBE_VERSION } from '../support/tools';
+import { KUBE_BIN_DIR, stackBinary } from '../support/tools';
 
 // The new user's path, by README.md alone, on the single-node test cluster: pack the tarball,
 // create a fresh cdk8s app, paste the README's quick start (the first ```ts block after
@@ -22,8 +22,7 @@ import { KUBE_BIN_DIR, KUBE_VERSION } from '../support/tools';
 //
 // What this test changes, and nothing else:
 //  - in the quick start's source: the values of `imageRegistry` and `imageTag` (the test bed's
-//    images, built from this repository and imported into the node), and a line the README
-//    comments out "on Kubernetes 1.20" is uncommented (the test cluster runs 1.20);
+//    images, built from this repository and imported into the node);
 //  - in the synthesized Shim: the artifact's location and sha256 for this node's platform. The
 //    quick start names a real upstream Spin shim release that cannot be fetched here (only
 //    127.0.0.1 is reachable) and no Spin binary exists here: a locally served .tar.gz holding
@@ -68,7 +67,7 @@ function quickStart(): CodeBlock {
   return block;
 }
 
-/** The quick start with the test bed's images (the two values the README asks a user to set) and Kubernetes 1.20's switch. */
+/** The quick start with the test bed's images (the two values the README asks a user to set). */
 function forTestBed(source: string): string {
   const [registry, tag] = [CONTROLLER_IMAGE.slice(0, CONTROLLER_IMAGE.lastIndexOf('/')), CONTROLLER_IMAGE.split(':').pop()!];
   let replaced = 0;
@@ -78,9 +77,6 @@ function forTestBed(source: string): string {
   });
   let out = set(set(source, 'imageRegistry', registry), 'imageTag', tag);
   if (replaced !== 2) throw new Error('the quick start does not set imageRegistry and imageTag as string literals');
-  if (KUBE_VERSION.startsWith('1.20.')) {
-    out = out.split('\n').map(l => l.replace(/^(\s*)\/\/\s*(\w+:[^/]*,)\s*\/\/(.*\b1\.20\b.*)$/, '$1$2 //$3')).join('\n');
-  }
   return out;
 }
 
@@ -192,7 +188,7 @@ async function adaptSynthesized(): Promise<void> {
 
 /** What containerd makes of its configuration. */
 function containerdConfig(): string {
-  return execFileSync('/usr/bin/containerd', ['--config', cluster.containerd.config, 'config', 'dump'], { encoding: 'utf8' });
+  return execFileSync(stackBinary('containerd'), ['--config', cluster.containerd.config, 'config', 'dump'], { encoding: 'utf8' });
 }
 
 function condition(s: any, type: string): any {

@@ -228,11 +228,10 @@ beforeAll(async () => {
   cp = await startControlPlane({ controllerManager: true, controllers: '*,-nodeipam,-nodelifecycle' });
   admin = new Rest(cp.server, cp.adminToken, cp.caFile);
 
-  // The manager's objects as synthesized (the Deployment aside: the test runs the controller;
-  // the PodDisruptionBudget too: policy/v1 is served from Kubernetes 1.21, this is 1.20).
+  // The manager's objects as synthesized (the Deployment aside: the test runs the controller).
   const chart = Testing.chart();
   new RuntimeClassManager(chart, 'Manager', { installerNamespace: INSTALLERS });
-  const objects = Testing.synth(chart).filter(o => o.kind !== 'Deployment' && o.kind !== 'PodDisruptionBudget');
+  const objects = Testing.synth(chart).filter(o => o.kind !== 'Deployment');
   managerYaml = Yaml.stringify(...objects);
   cp.kubectl(['apply', '-f', '-'], { input: managerYaml });
   cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
@@ -344,7 +343,7 @@ test('a rolling install, batch by batch, ends Ready with recorded nodes, an adop
   const installed = events.filter((e: any) => e.reason === 'Installed');
   expect(installed.reduce((sum: number, e: any) => sum + e.count, 0)).toBe(3);
   expect(installed.map((e: any) => e.message).join(' ')).toMatch(/n1.*n2.*n3|n3.*n1.*n2|n1.*n3|n2.*n3/);
-  // I8: finished Jobs are removed by the controller (the TTL controller is off on 1.20)
+  // I8: finished Jobs are removed by the controller (not left to the TTL controller, which this control plane runs too)
   await eventually(async () => (await jobsOf('spin')).length === 0, 30_000, diagnostics);
 });
 

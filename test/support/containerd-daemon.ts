@@ -38,6 +38,13 @@ export interface CriSettings {
   readonly cniBinDir: string;
 }
 
+/**
+ * `binary` runs as this machine's containerd would: from a folder other than /usr/bin, its
+ * containerd, ctr, runc shim and runc are bind-mounted over the machine's (Debian's 1.6) in a
+ * mount namespace of the daemon's own (mounts of the machine still propagate into it: the
+ * kubelet's volumes), so an installer that enters the daemon's namespaces (its host PID) finds
+ * the containerd it serves at the standard paths, as on a real host.
+ */
 export async function startContainerd(binary = '/usr/bin/containerd', folder?: string, cri?: CriSettings): Promise<ContainerdDaemon> {
   // A folder it made itself goes again on stop(); a given one belongs to the caller.
   const dir = folder ?? fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-containerd-'));
@@ -51,16 +58,26 @@ export async function startContainerd(binary = '/usr/bin/containerd', folder?: s
   fs.writeFileSync(config, containerdConfigFor(defaults, { root: path.join(dir, 'root'), state: path.join(dir, 'state'), socket }, cri));
 
   // The supervisor: a shell loop that records the daemon's pid and restarts it on exit.
-  const supervisor = spawn('bash', ['-c', `
+  const own = path.dirname(binary) !== '/usr/bin';
+  const overMachine: Record<string, string> = own ? {
+    containerd: '/usr/bin/containerd', ctr: '/usr/bin/ctr', 'containerd-shim-runc-v2': '/usr/bin/containerd-shim-runc-v2', runc: '/usr/sbin/runc',
+  } : {};
+  const binds = Object.entries(overMachine).filter(([b]) => fs.existsSync(path.join(path.dirname(binary), b)))
+    .map(([b, target]) => `mount --bind ${path.join(path.dirname(binary), b)} ${target}`).join('\n');
+  const launcher = own ? ['unshare', '--mount', '--propagation', 'slave', 'bash'] : ['bash'];
+  const supervisor = spawn(launcher[0], [...launcher.slice(1), '-c', `
+    ${binds}
     trap 'kill $(cat ${pidFile}) 2>/dev/null; exit 0' TERM
     while true; do
-      ${binary} --config ${config} >>${log} 2>&1 &
+      ${own ? '/usr/bin/containerd' : binary} --config ${config} >>${log} 2>&1 &
       echo $! > ${pidFile}
       wait $!
       sleep 0.2
     done`], { stdio: 'ignore', detached: true });
 
-  const ctr = (args: string[]) => execFileSync('ctr', ['--address', socket, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  // the ctr of the same build where there is one beside the daemon (a 1.6 ctr against containerd 2 is not what users run)
+  const ctrBinary = fs.existsSync(path.join(path.dirname(binary), 'ctr')) ? path.join(path.dirname(binary), 'ctr') : 'ctr';
+  const ctr = (args: string[]) => execFileSync(ctrBinary, ['--address', socket, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   const waitReady = async (timeoutMs = 30_000) => {
     await eventually(async () => ctr(['version']) !== undefined, timeoutMs, () => `containerd did not answer:\n${tail(log, 20)}`);
   };
@@ -100,10 +117,13 @@ export function containerdConfigFor(defaults: string, paths: { root: string; sta
     .replace(/(\[metrics\][^[]*?address = )(["'])[^"']*\2/, '$1""')
     .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true');
   if (cri) {
+    // config version 2 (containerd 1.x) and 3/4 (2.x: pinned_images.sandbox, a list of bin_dirs)
     text = text
-      .replace(/sandbox_image = "[^"]*"/, `sandbox_image = "${cri.sandboxImage}"`)
-      .replace(/(\.cni\][^[]*?bin_dir = )"[^"]*"/, `$1"${cri.cniBinDir}"`)
-      .replace(/(\.cni\][^[]*?conf_dir = )"[^"]*"/, `$1"${cri.cniConfDir}"`);
+      .replace(/sandbox_image = (["'])[^"']*\1/, `sandbox_image = "${cri.sandboxImage}"`)
+      .replace(/(\.pinned_images\][^[]*?sandbox = )(["'])[^"']*\2/, `$1"${cri.sandboxImage}"`)
+      .replace(/(\.cni\][^[]*?bin_dir = )(["'])[^"']*\2/, `$1"${cri.cniBinDir}"`)
+      .replace(/(\.cni\][^[]*?bin_dirs = )\[[^\]]*\]/, `$1["${cri.cniBinDir}"]`)
+      .replace(/(\.cni\][^[]*?conf_dir = )(["'])[^"']*\2/, `$1"${cri.cniConfDir}"`);
   }
   return text;
 }

@@ -7,7 +7,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { tail } from './files';
 import { eventually } from './rest';
-import { kubeBinary } from './tools';
+import { KUBE_VERSION, kubeBinary, stackBinary } from './tools';
 
 /** What a test needs to talk to the control plane. */
 export interface ControlPlane {
@@ -64,10 +64,10 @@ function which(binary: string): string {
 function requireBinaries(): void {
   for (const b of ['kube-apiserver', 'kube-controller-manager', 'kube-scheduler', 'kubelet', 'kubectl'] as const) {
     if (!fs.existsSync(kubeBinary(b))) {
-      throw new Error(`${kubeBinary(b)} is missing: run scripts/provision.sh (as root) to build the Kubernetes ${b} from Debian's source package`);
+      throw new Error(`${kubeBinary(b)} is missing: run scripts/provision.sh (as root) to build Kubernetes ${KUBE_VERSION} from the Go module proxy`);
     }
   }
-  which('etcd');
+  stackBinary('etcd');
   which('openssl');
 }
 
@@ -122,7 +122,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     const ports: number[] = [];
     for (let i = 0; i < 5; i++) ports.push(await freePort());
     const [etcdClient, etcdPeer, apiPort, cmPort, schedulerPort] = ports;
-    start('etcd', which('etcd'), [
+    start('etcd', stackBinary('etcd'), [
       `--data-dir=${path.join(dir, 'etcd')}`,
       `--listen-client-urls=http://127.0.0.1:${etcdClient}`,
       `--advertise-client-urls=http://127.0.0.1:${etcdClient}`,
@@ -142,8 +142,10 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       `--etcd-servers=http://127.0.0.1:${etcdClient}`,
       '--bind-address=127.0.0.1',
       '--advertise-address=127.0.0.1',
+      // Since 1.3x the API server refuses a loopback advertise address with its endpoint
+      // reconciler: nothing here dials the kubernetes Service, so it needs no endpoints.
+      '--endpoint-reconciler-type=none',
       `--secure-port=${apiPort}`,
-      '--insecure-port=0',
       `--cert-dir=${certDir}`,
       '--allow-privileged=true',
       '--authorization-mode=Node,RBAC',
@@ -175,7 +177,6 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
         '--leader-elect=false',
         '--bind-address=127.0.0.1',
         `--secure-port=${cmPort}`,
-        '--port=0',
         `--controllers=${options.controllers ?? '*,-nodeipam'}`,
         '--use-service-account-credentials=true',
         ...(options.controllerManagerArgs ?? []),
@@ -191,7 +192,6 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
         '--leader-elect=false',
         '--bind-address=127.0.0.1',
         `--secure-port=${schedulerPort}`,
-        '--port=0',
       ]);
       await new Promise(r => setTimeout(r, 1000));
       if (scheduler.exitCode !== null) throw new Error(`kube-scheduler exited with ${scheduler.exitCode}\n${logTails(15)}`);

@@ -13,7 +13,7 @@ import { buildOciImage } from './oci-image';
 import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from './product-images';
 import { eventually, Rest } from './rest';
 import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from './single-node-cluster';
-import { CACHE_DIR } from './tools';
+import { CACHE_DIR, stackBinary } from './tools';
 import { WASM_VARIANT_ANNOTATION, WasmPayload } from './wasm';
 import { ContainerdRestart, PullPolicy, RuntimeClassManager, RuntimeClassManagerProps, ShimConstruct, ShimConstructProps, ShimNodeLabels } from '../../src';
 
@@ -233,7 +233,7 @@ export function containerdConfig(): { file: string; dump: string } {
   const config = bed().cluster.containerd.config;
   return {
     file: fs.readFileSync(config, 'utf8'),
-    dump: execFileSync('/usr/bin/containerd', ['--config', config, 'config', 'dump'], { encoding: 'utf8' }),
+    dump: execFileSync(stackBinary('containerd'), ['--config', config, 'config', 'dump'], { encoding: 'utf8' }),
   };
 }
 

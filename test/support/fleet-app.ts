@@ -111,8 +111,6 @@ export function synthFleetApp(chartId: string, props: Partial<RuntimeClassManage
     installerImage: INSTALLER_IMAGE,
     imagePullPolicy: PullPolicy.IF_NOT_PRESENT,
     replicas: 1,
-    // policy/v1 PodDisruptionBudgets are served from Kubernetes 1.21; this cluster is 1.20.
-    podDisruptionBudget: false,
     retryBackoff: Duration.seconds(2),
     failureThreshold: 2,
     installerEnv: { RCM_HEALTH_TIMEOUT: '12' },
@@ -239,7 +237,12 @@ export function handlerOf(p: any): string {
 
 /** The runtime handlers in a node's effective containerd config (what `config dump` shows). */
 export function handlersOf(dump: string): Record<string, any> {
-  return (parse(dump) as any).plugins['io.containerd.grpc.v1.cri'].containerd.runtimes;
+  return criRuntimeOf(parse(dump) as any).containerd.runtimes;
+}
+
+/** The CRI runtime plugin's table of a parsed config: `io.containerd.grpc.v1.cri` (config version 2) or `io.containerd.cri.v1.runtime` (3 and 4). */
+export function criRuntimeOf(config: any): any {
+  return config.plugins['io.containerd.cri.v1.runtime'] ?? config.plugins['io.containerd.grpc.v1.cri'];
 }
 
 /**

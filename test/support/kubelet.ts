@@ -3,7 +3,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { ControlPlane, freePort, stopProcess } from './control-plane';
 import { tail, unmountBelow } from './files';
-import { kubeBinary } from './tools';
+import { KUBE_VERSION, kubeBinary, STACK_VERSIONS } from './tools';
 
 /** A kubelet that registers one node and runs its pods through a containerd's CRI. */
 export interface Kubelet {
@@ -33,10 +33,10 @@ export async function startKubelet(options: KubeletOptions): Promise<Kubelet> {
   const log = path.join(dir, 'kubelet.log');
   const config = path.join(dir, 'kubelet-config.yaml');
   const [port, healthzPort] = [await freePort(), await freePort()];
-  fs.writeFileSync(config, kubeletConfig({ port, healthzPort }));
+  fs.writeFileSync(config, kubeletConfig({ port, healthzPort, containerdSocket: options.containerdSocket }));
   const out = fs.openSync(log, 'a');
   const child: ChildProcess = spawn(kubeBinary('kubelet'), kubeletArgs({
-    kubeconfig: controlPlane.kubeconfig, config, containerdSocket: options.containerdSocket, nodeName, rootDir, certDir: path.join(dir, 'pki'),
+    kubeconfig: controlPlane.kubeconfig, config, nodeName, rootDir, certDir: path.join(dir, 'pki'),
   }), { stdio: ['ignore', out, out] });
   fs.closeSync(out);
 
@@ -70,14 +70,25 @@ export function nodeReady(controlPlane: ControlPlane, nodeName: string): boolean
 }
 
 /**
+ * What every kubelet of the test bed is told about its runtime and this machine: the CRI socket
+ * (the `--container-runtime*` flags are gone since 1.27), and that cgroup v1 is what these
+ * machines have (`failCgroupV1` is true by default since 1.35; with false the kubelet logs that
+ * cgroup v1 is deprecated, and runs).
+ */
+export function kubeletRuntimeSettings(containerdSocket: string): string[] {
+  return [`containerRuntimeEndpoint: unix://${containerdSocket}`, 'failCgroupV1: false'];
+}
+
+/**
  * The KubeletConfiguration this machine needs (no QoS cgroups, no swap check, no eviction),
  * on 127.0.0.1 with the given ports; `cgroupRoot` puts the node's pods under a cgroup of
  * their own (several kubelets on one machine).
  */
-export function kubeletConfig(options: { port: number; healthzPort: number; cgroupRoot?: string }): string {
+export function kubeletConfig(options: { port: number; healthzPort: number; containerdSocket: string; cgroupRoot?: string }): string {
   return [
     'apiVersion: kubelet.config.k8s.io/v1beta1',
     'kind: KubeletConfiguration',
+    ...kubeletRuntimeSettings(options.containerdSocket),
     'cgroupDriver: cgroupfs',
     'failSwapOn: false',
     // With a root of the node's own (several kubelets on one machine), the pods' QoS cgroups go
@@ -100,11 +111,10 @@ export function kubeletConfig(options: { port: number; healthzPort: number; cgro
   ].join('\n');
 }
 
-/** The kubelet's command-line flags (a remote runtime: containerd's CRI). */
+/** The kubelet's command-line flags (its runtime is in its config: kubeletRuntimeSettings). */
 export interface KubeletFlags {
   readonly kubeconfig: string;
   readonly config: string;
-  readonly containerdSocket: string;
   readonly nodeName: string;
   readonly rootDir?: string;
   readonly certDir?: string;
@@ -114,11 +124,18 @@ export function kubeletArgs(options: KubeletFlags): string[] {
   return [
     `--kubeconfig=${options.kubeconfig}`,
     `--config=${options.config}`,
-    '--container-runtime=remote',
-    `--container-runtime-endpoint=unix://${options.containerdSocket}`,
     `--hostname-override=${options.nodeName}`,
     ...(options.rootDir ? [`--root-dir=${options.rootDir}`] : []),
     ...(options.certDir ? [`--cert-dir=${options.certDir}`] : []),
     '--v=2',
   ];
+}
+
+/** Each node's kubelet and runtime, as its status says (printed when a suite starts). */
+export function printNodeInfo(cp: ControlPlane): void {
+  const nodes = JSON.parse(cp.kubectl(['get', 'nodes', '-o', 'json'])).items as any[];
+  const server = JSON.parse(cp.kubectl(['version', '-o', 'json'])).serverVersion?.gitVersion;
+  const lines = nodes.map(n => `  ${n.metadata.name}: kubelet ${n.status.nodeInfo.kubeletVersion}, ${n.status.nodeInfo.containerRuntimeVersion}, `
+    + `runtimeHandlers [${(n.status.runtimeHandlers ?? []).map((h: any) => JSON.stringify(h.name)).join(', ')}]`);
+  process.stdout.write(`control plane ${server} (test bed ${KUBE_VERSION}, containerd build ${STACK_VERSIONS.containerd}); nodes:\n${lines.join('\n')}\n`);
 }

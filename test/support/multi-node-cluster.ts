@@ -5,27 +5,29 @@ import * as path from 'path';
 import { containerdConfigFor } from './containerd-daemon';
 import { ControlPlane, freePort, startControlPlane } from './control-plane';
 import { renderK3sConfig } from './k3s';
-import { kubeletArgs, kubeletConfig, nodeReady } from './kubelet';
+import { kubeletArgs, kubeletConfig, nodeReady, printNodeInfo } from './kubelet';
 import { layOut, NodeFile, NodeHost, removeCgroups, startNodeHost } from './node-host';
 import { eventually } from './rest';
 import { BUSYBOX_IMAGE, buildBusybox } from './single-node-cluster';
 import { bootSystemdKubeletNode } from './systemd-kubelet-node';
 import { SystemdNode } from './systemd-node';
-import { CONTAINERD_BINARIES, kubeBinary } from './tools';
+import { CONTAINERD_BINARIES, kubeBinary, STACK_BIN_DIR } from './tools';
 
 // A cluster of three real nodes on one machine, all against one control plane on 127.0.0.1,
-// each with its own containerd, kubelet 1.20.2, config, install root and kubelet state. The
-// nodes are shaped as in a mixed fleet:
+// each with its own containerd, a kubelet of this run's Kubernetes (KUBE_VERSION), config,
+// install root and kubelet state. The nodes are shaped as in a mixed fleet:
 //
 // - "plain": a production-shaped node (systemd-kubelet-node.ts): PID 1 is a real systemd 252
-//   (systemd-nspawn, Debian bookworm), containerd 1.6 from bookworm under Debian's stock
-//   containerd.service (systemd's default start limit: 5 starts in 10 s), its config
-//   `containerd config default` with runc's SystemdCgroup = true at /etc/containerd/config.toml,
-//   the kubelet as kubelet.service with `cgroupDriver: systemd`;
+//   (systemd-nspawn, Debian bookworm), containerd 2.4 and runc 1.4 (built from the Go module
+//   proxy) installed over bookworm's under Debian's stock containerd.service (systemd's default
+//   start limit: 5 starts in 10 s), its config containerd 2.4's own `config default` (version 4)
+//   with runc's SystemdCgroup = true at /etc/containerd/config.toml, the kubelet as
+//   kubelet.service with `cgroupDriver: systemd`; its kubelet lists `status.runtimeHandlers`;
 // - "custom": the same kind of node with Debian trixie's containerd 1.7 installed over
 //   bookworm's binaries, and an admin-customised config (comments, runc options written out,
 //   other settings changed; SystemdCgroup = true) kept under /etc/node-config and linked from
-//   /etc/containerd/config.toml;
+//   /etc/containerd/config.toml; containerd 1.7 reports no runtime handlers, so its kubelet
+//   lists none: health there comes from the installer's own checks;
 // - "k3s": a NodeHost (own mount and pid namespaces, a `systemctl` stand-in, cgroupfs):
 //   containerd 1.6 only in /var/lib/rancher/k3s/data/current/bin (none on PATH), its config
 //   rendered at every start of the unit `k3s-agent` from the node's config.toml.tmpl and k3s's
@@ -221,7 +223,7 @@ async function startK3sNode(controlPlane: ControlPlane, dir: string, name: strin
   const cgroupRoot = `/rcm-e2e/${name}`;
   const [port, healthzPort] = [await freePort(), await freePort()];
   const kubelet = ['exec', kubeBinary('kubelet'), ...kubeletArgs({
-    kubeconfig: controlPlane.kubeconfig, config: '/var/lib/kubelet/config.yaml', containerdSocket: s.socket, nodeName: name,
+    kubeconfig: controlPlane.kubeconfig, config: '/var/lib/kubelet/config.yaml', nodeName: name,
   })].join(' ');
   // The kubelet wants its cgroup root to exist in every hierarchy.
   for (const hierarchy of fs.existsSync('/sys/fs/cgroup') ? fs.readdirSync('/sys/fs/cgroup') : []) {
@@ -263,7 +265,7 @@ async function startK3sNode(controlPlane: ControlPlane, dir: string, name: strin
     removeCgroups(cgroupRoot);
   };
   try {
-    layOut(host, { ...s.files, '/etc/rcm-node/name': `${name}\n`, '/var/lib/kubelet/config.yaml': kubeletConfig({ port, healthzPort, cgroupRoot }) });
+    layOut(host, { ...s.files, '/etc/rcm-node/name': `${name}\n`, '/var/lib/kubelet/config.yaml': kubeletConfig({ port, healthzPort, cgroupRoot, containerdSocket: s.socket }) });
     host.startUnits();
     await eventually(async () => ctr(['version']) !== undefined, 30_000, () => `${name}: containerd did not answer\n${node.logTails()}`);
     node.importImage(busybox);
@@ -368,7 +370,9 @@ async function startSystemdClusterNode(controlPlane: ControlPlane, name: string,
       fs.symlinkSync('/etc/node-config/containerd/config.toml', path.join(root, 'etc/containerd/config.toml'));
     };
   }
-  const { node: sd } = await bootSystemdKubeletNode(name, { controlPlane, busyboxTarball: busybox, prepare });
+  // plain: containerd 2 (the current stack's build) over bookworm's 1.6, as a package upgrade would
+  const containerdFrom = shape === 'plain' ? STACK_BIN_DIR : undefined;
+  const { node: sd } = await bootSystemdKubeletNode(name, { controlPlane, busyboxTarball: busybox, prepare, containerdFrom });
   const host = systemdAccess(sd);
   const ctr = (args: string[]) => sd.exec([PLAIN.ctr, '--address', PLAIN.socket, ...args]);
   // The kubelet's kubepods.slice, in the node's own memory cgroup on this machine.
@@ -499,6 +503,7 @@ export async function startMultiNodeCluster(nodes: Record<string, NodeShape>): P
     for (const node of clusterNodes) {
       await eventually(async () => nodeReady(cp, node.name), 90_000, () => `node ${node.name} did not become Ready\n${node.logTails(40)}`);
     }
+    printNodeInfo(cp);
     const logTails = (lines = 30) => [cp.logTails(lines), ...clusterNodes.map(n => n.logTails(lines))].join('\n');
     return {
       dir,

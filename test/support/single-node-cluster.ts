@@ -4,12 +4,14 @@ import * as path from 'path';
 import { ContainerdDaemon, startContainerd } from './containerd-daemon';
 import { ControlPlane, startControlPlane } from './control-plane';
 import { tail, unmountBelow } from './files';
-import { Kubelet, startKubelet } from './kubelet';
+import { Kubelet, printNodeInfo, startKubelet } from './kubelet';
 import { buildOciImage } from './oci-image';
+import { stackBinary } from './tools';
 
 // A whole single-node cluster on 127.0.0.1, as ../shared/notes/test-cluster.md describes:
-// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, a kubelet and a supervised
-// containerd 1.6 whose CRI uses a loopback-only CNI config and a busybox sandbox image.
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, a kubelet of this run's
+// Kubernetes (tools.ts: KUBE_VERSION) and a supervised containerd 2 (the current stack's build,
+// with its runc on PATH) whose CRI uses a loopback-only CNI config and a busybox sandbox image.
 
 /** busybox as an image: the sandbox ("pause") image and the workloads' image at once. */
 export const BUSYBOX_IMAGE = 'docker.io/library/rcm-busybox:test';
@@ -58,7 +60,7 @@ export async function startSingleNodeCluster(nodeName = 'rcm-e2e-node'): Promise
   if (process.getuid?.() !== 0) throw new Error('the single-node cluster needs root (containerd and the kubelet run as root)');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-e2e-'));
   const stops: (() => Promise<void>)[] = [];
-  // The kubelet of 1.20 writes pod logs to fixed host folders; what this cluster adds goes again.
+  // The kubelet writes pod logs to fixed host folders; what this cluster adds goes again.
   const logFolders = ['/var/log/pods', '/var/log/containers'];
   const logsBefore = new Set(logFolders.flatMap(listing));
   const stopAll = async () => {
@@ -75,8 +77,9 @@ export async function startSingleNodeCluster(nodeName = 'rcm-e2e-node'): Promise
     // Loopback only: pods use the host's network; no bridge, no private-range address.
     fs.writeFileSync(path.join(cniConfDir, '10-lo-only.conflist'),
       JSON.stringify({ cniVersion: '0.4.0', name: 'lo-only', plugins: [{ type: 'loopback' }] }));
-    const containerd = await startContainerd('/usr/bin/containerd', path.join(dir, 'containerd'),
-      { sandboxImage: BUSYBOX_IMAGE, cniConfDir, cniBinDir: '/usr/lib/cni' });
+    // containerd 2 with runc 1.4, both built from the Go module proxy (the current stack)
+    const containerd = await startContainerd(stackBinary('containerd'), path.join(dir, 'containerd'),
+      { sandboxImage: BUSYBOX_IMAGE, cniConfDir, cniBinDir: path.dirname(stackBinary('loopback')) });
     stops.push(() => containerd.stop());
     const importImage = (tarball: string) => {
       containerd.ctr(['-n', 'k8s.io', 'images', 'import', tarball]);
@@ -99,6 +102,7 @@ export async function startSingleNodeCluster(nodeName = 'rcm-e2e-node'): Promise
       killAllTasks(containerd);
     });
 
+    printNodeInfo(controlPlane);
     const logTails = (lines = 30) => [
       controlPlane.logTails(lines),
       `--- kubelet (last ${lines} lines) ---\n${kubelet.logTail(lines)}`,

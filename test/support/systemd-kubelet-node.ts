@@ -1,15 +1,15 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { ControlPlane, freePort } from './control-plane';
-import { kubeletArgs } from './kubelet';
+import { kubeletArgs, kubeletRuntimeSettings } from './kubelet';
 import { BUSYBOX_IMAGE } from './single-node-cluster';
 import { bootSystemdNode, SystemdNode, SystemdNodeOptions } from './systemd-node';
-import { kubeBinary } from './tools';
+import { KUBE_VERSION, kubeBinary } from './tools';
 
 /**
  * A "production-shaped" Kubernetes node: a systemd node (systemd-node.ts: PID 1 is systemd 252,
  * Debian's stock containerd.service with its default start limit, runc with SystemdCgroup =
- * true) whose kubelet 1.20.2 runs as `kubelet.service` with `cgroupDriver: systemd`, against the
+ * true) whose kubelet (KUBE_VERSION) runs as `kubelet.service` with `cgroupDriver: systemd`, against the
  * node's containerd, registered with a control plane on 127.0.0.1. Ported from
  * ../shared/notes/systemd-node.sh (the facts behind each step: systemd-kubelet-nodes.md there).
  *
@@ -44,6 +44,20 @@ export interface SystemdKubeletNodeOptions {
   readonly prepare?: (root: string) => void;
   /** Where node folders go (systemd-node.ts's default otherwise). */
   readonly nodesDir?: string;
+  /** containerd (and runc) installed over Debian's 1.6 (SystemdNodeOptions.containerdFrom). */
+  readonly containerdFrom?: string;
+}
+
+/**
+ * The sandbox ("pause") image in containerd's default config of any version: `sandbox_image`
+ * (config version 2) or `pinned_images.sandbox` (versions 3 and 4, containerd 2.x).
+ */
+export function withSandboxImage(config: string, image: string): string {
+  const out = config
+    .replace(/sandbox_image = (["'])[^"']*\1/, `sandbox_image = "${image}"`)
+    .replace(/(\.pinned_images\][^[]*?sandbox = )(["'])[^"']*\2/, `$1"${image}"`);
+  if (out === config) throw new Error(`containerd's default config names no sandbox image: ${config}`);
+  return out;
 }
 
 /** The containerd unit's drop-in: the test bed's fault hook (the unit file stays Debian's). */
@@ -103,6 +117,7 @@ export function systemdKubeletConfig(options: { port: number; healthzPort: numbe
   return [
     'apiVersion: kubelet.config.k8s.io/v1beta1',
     'kind: KubeletConfiguration',
+    ...kubeletRuntimeSettings('/run/containerd/containerd.sock'),
     'cgroupDriver: systemd',
     'failSwapOn: false',
     'address: 127.0.0.1',
@@ -156,14 +171,13 @@ export async function bootSystemdKubeletNode(name: string, options: SystemdKubel
   const kubelet = fs.realpathSync(kubeBinary('kubelet'));
   const unit = [
     '[Unit]',
-    'Description=kubelet 1.20.2',
+    `Description=kubelet ${KUBE_VERSION}`,
     'Wants=containerd.service import-images.service kubelet-prep.service',
     'After=containerd.service import-images.service kubelet-prep.service',
     '[Service]',
     `ExecStart=/usr/local/bin/kubelet ${kubeletArgs({
       kubeconfig: '/etc/kubernetes/kubelet.conf',
       config: '/var/lib/kubelet/config.yaml',
-      containerdSocket: '/run/containerd/containerd.sock',
       nodeName: name,
     }).join(' ')}`,
     'Restart=always',
@@ -174,9 +188,9 @@ export async function bootSystemdKubeletNode(name: string, options: SystemdKubel
   ].join('\n');
   const opts: SystemdNodeOptions = {
     nodesDir: options.nodesDir,
+    containerdFrom: options.containerdFrom,
     containerdConfig: config => {
-      const withSandbox = config.replace(/sandbox_image = "[^"]*"/, `sandbox_image = "${BUSYBOX_IMAGE}"`);
-      if (withSandbox === config) throw new Error(`containerd's default config has no sandbox_image: ${config}`);
+      const withSandbox = withSandboxImage(config, BUSYBOX_IMAGE);
       return options.containerdConfig ? options.containerdConfig(withSandbox) : withSandbox;
     },
     nspawnArgs: [`--bind-ro=${kubelet}:/usr/local/bin/kubelet`, '--bind-ro=/dev/kmsg', '--capability=CAP_SYSLOG'],

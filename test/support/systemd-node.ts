@@ -93,6 +93,12 @@ export interface SystemdNodeOptions {
   readonly containerdConfig?: (config: string) => string;
   /** Lays out more files in the node's root before it boots (units, a kubelet's config, ...). */
   readonly prepare?: (root: string) => void;
+  /**
+   * A folder with containerd, ctr and containerd-shim-runc-v2 (and runc, if it has one)
+   * installed over the root's Debian binaries before anything else, as a package upgrade
+   * would: Debian's unit stays, the config is the new containerd's own default.
+   */
+  readonly containerdFrom?: string;
   /** More systemd-nspawn arguments (`--bind-ro=...`, `--capability=...`). */
   readonly nspawnArgs?: string[];
   /** How long the boot may take, to containerd answering (default 90 s). */
@@ -156,6 +162,20 @@ function containerdConfig(root: string, more?: (config: string) => string): stri
     config = config.replace(from, to);
   }
   return more ? more(config) : config;
+}
+
+/** containerd (and runc) from `folder` over the root's Debian binaries (see SystemdNodeOptions.containerdFrom). */
+function installContainerd(root: string, folder: string): void {
+  const targets: Record<string, string> = {
+    containerd: 'usr/bin/containerd', ctr: 'usr/bin/ctr', 'containerd-shim-runc-v2': 'usr/bin/containerd-shim-runc-v2', runc: 'usr/sbin/runc',
+  };
+  for (const [binary, target] of Object.entries(targets)) {
+    const source = path.join(folder, binary);
+    if (binary === 'runc' && !fs.existsSync(source)) continue;
+    fs.rmSync(path.join(root, target), { force: true });
+    fs.copyFileSync(source, path.join(root, target));
+    fs.chmodSync(path.join(root, target), 0o755);
+  }
 }
 
 interface Hierarchy { v1: boolean; cgroup: string }
@@ -375,6 +395,7 @@ export async function bootSystemdNode(name: string, opts: SystemdNodeOptions = {
   // pods' scopes ignore SIGTERM: without this a halt waits 90 s per running pod
   fs.mkdirSync(path.join(root, 'etc/systemd/system.conf.d'), { recursive: true });
   fs.writeFileSync(path.join(root, 'etc/systemd/system.conf.d/10-test-node.conf'), '[Manager]\nDefaultTimeoutStopSec=10s\n');
+  if (opts.containerdFrom) installContainerd(root, opts.containerdFrom);
   fs.writeFileSync(path.join(root, 'etc/containerd/config.toml'), containerdConfig(root, opts.containerdConfig));
   fs.writeFileSync(path.join(root, 'usr/local/sbin/node-prep'), NODE_PREP, { mode: 0o755 });
   fs.writeFileSync(path.join(root, 'etc/systemd/system/node-prep.service'), NODE_PREP_UNIT);
