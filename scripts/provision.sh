@@ -72,14 +72,14 @@ build_stack() {
   local gobin t v
   gobin="$(stack_go)"
   log "current stack built with $("$gobin/go" version) ($gobin/go)"
+  t=$(date +%s)
+  PATH="$gobin:$PATH" bash "$(dirname "$0")/stack/build-runtime.sh" >/dev/null
+  log "etcd, containerd 2, runc, crictl, CNI ready ($(( $(date +%s) - t )) s)"
   for v in "${KUBE_VERSIONS[@]}"; do
     t=$(date +%s)
     PATH="$gobin:$PATH" bash "$(dirname "$0")/stack/build-kubernetes.sh" "$v" >/dev/null
     log "kubernetes $v ready in $CACHE_DIR/kubernetes-$v ($(( $(date +%s) - t )) s)"
   done
-  t=$(date +%s)
-  PATH="$gobin:$PATH" bash "$(dirname "$0")/stack/build-runtime.sh" >/dev/null
-  log "etcd, containerd 2, runc, crictl, CNI ready ($(( $(date +%s) - t )) s)"
 }
 
 # containerd 1.7 (trixie) and 2.1 (sid) binaries for the config oracle tests: downloaded with

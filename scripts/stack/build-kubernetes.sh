@@ -30,7 +30,7 @@ for m in $(sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod");
 pkgs=(); for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
 t=$(date +%s)
 # tool directives keep the requirements although nothing imports a main package
-for p in "${pkgs[@]}"; do go get -tool "$p@v$V" >&2; done
+for p in "${pkgs[@]}"; do go get -tool "$p@v$V" >>"$work/get.log" 2>&1 || { tail -30 "$work/get.log" >&2; exit 1; }; done
 ld=""; for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ld="$ld -X $p.gitVersion=v$V -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"; done
 rm -rf "$out.tmp"; mkdir -p "$out.tmp"

@@ -21,7 +21,7 @@ step() { local t; t=$(date +%s); "$@" >&2; echo "[build-runtime]   $(( $(date +%
 # etcd: server/go.mod replaces its sibling modules, so `go install` refuses it; a wrapper module builds it.
 w=$(mktemp -d "${TMPDIR:-/tmp}/rcm-etcd.XXXXXX")
 ( cd "$w" && go mod init local/etcd >/dev/null 2>&1 \
-  && go get -tool "go.etcd.io/etcd/server/v3@v$ETCD" "go.etcd.io/etcd/etcdctl/v3@v$ETCD" >&2 \
+  && { go get -tool "go.etcd.io/etcd/server/v3@v$ETCD" "go.etcd.io/etcd/etcdctl/v3@v$ETCD" >get.log 2>&1 || { tail -30 get.log >&2; false; }; } \
   && step env CGO_ENABLED=0 go build -trimpath -o "$out.tmp/etcd" go.etcd.io/etcd/server/v3 \
   && step env CGO_ENABLED=0 go build -trimpath -o "$out.tmp/etcdctl" go.etcd.io/etcd/etcdctl/v3 )
 rm -rf "$w"

@@ -15,13 +15,14 @@ import { INSTALLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
 import { buildWasmImage, buildWasmPayload, WASM_VARIANT_ANNOTATION } from '../support/wasm';
 
-// The product on a fleet: three real kubelets 1.20.2 on this machine, one control plane, each
+// The product on a fleet: three real kubelets (tools.ts: KUBE_VERSION) on this machine, one control plane, each
 // node with its own containerd. Two nodes are production-shaped: PID 1 is a real systemd
 // (systemd-nspawn), containerd runs under Debian's stock containerd.service with systemd's
 // default start limit (5 starts in 10 s), runc with SystemdCgroup = true, the kubelet as
-// kubelet.service with the systemd cgroup driver: A with containerd 1.6 (plain), B with 1.7
-// and an admin's customised config behind a symlink. The third, C, is k3s-shaped (its own mount
-// and pid namespaces, a systemctl stand-in). The app is synthesized with cdk8s and applied with
+// kubelet.service with the systemd cgroup driver: A with containerd 2.4 and its own default
+// config (version 4; its kubelet lists status.runtimeHandlers), B with 1.7 and an admin's
+// customised config behind a symlink (its kubelet lists no handlers). The third, C, is k3s-shaped (its own mount
+// and pid namespaces, a systemctl stand-in; containerd 1.6, no handlers listed). The app is synthesized with cdk8s and applied with
 // kubectl; the controller runs as pods and its installer Jobs reach each node's containerd
 // through nsenter into PID 1 and the default `systemctl restart`: on A and B that is the
 // node's systemd, start limit and all. Results are read from the API and from the nodes' own
@@ -280,8 +281,8 @@ beforeAll(async () => {
   await publish('v5', NEXT_HANDLER);
   for (const w of WAVE) await publish(w, w);
   for (const n of cluster.nodes) {
-    const minor = Number(/ v?1\.(\d+)\./.exec(n.host.run([n.containerd, '--version']))?.[1]);
-    runtimePathHonoured[n.name] = minor >= 7;
+    const [major, minor] = (/ v?(\d+)\.(\d+)\./.exec(n.host.run([n.containerd, '--version'])) ?? []).slice(1).map(Number);
+    runtimePathHonoured[n.name] = major >= 2 || minor >= 7;
     ownRuncShim[n.name] = n.host.run(['readlink', '-f', path.join(path.dirname(n.containerd), 'containerd-shim-runc-v2')]).trim();
     start[n.name] = {
       dump: n.configDump(),
@@ -309,7 +310,7 @@ step('the cluster: three Ready nodes, each with its own containerd, and a hostPI
   expect(cluster.node(C).kind).toBe('nodehost');
   // THEN every node runs its own containerd version
   const versions = await Promise.all(cluster.nodes.map(async n => (await getNode(n.name)).status.nodeInfo.containerRuntimeVersion));
-  expect(versions).toEqual([expect.stringMatching(/^containerd:\/\/1\.6\./), expect.stringMatching(/^containerd:\/\/1\.7\./), expect.stringMatching(/^containerd:\/\/1\.6\./)]);
+  expect(versions).toEqual([expect.stringMatching(/^containerd:\/\/v?2\.4\./), expect.stringMatching(/^containerd:\/\/1\.7\./), expect.stringMatching(/^containerd:\/\/1\.6\./)]);
   // AND k3s's node has no containerd on its PATH, only in k3s's folder
   expect(cluster.node(C).host.tryRun(['sh', '-c', 'command -v containerd']).code).not.toBe(0);
   // WHEN a privileged hostPID pod with the host's / (as the installer's) runs on each node
@@ -1113,4 +1114,96 @@ step('WebAssembly under crun with WasmEdge on the nodes that boot systemd: a mod
   }
 }, () => {
   for (const n of cluster.nodes) label(n.name, WASM_LABEL, null);
+});
+
+/** Every value a node's label took while `during` ran (a watch of the Node: no state missed between polls). */
+async function labelValuesDuring(node: string, key: string, during: () => Promise<void>): Promise<Set<string | undefined>> {
+  const cp = cluster.controlPlane;
+  const seen = new Set<string | undefined>();
+  const initial = await getNode(node);
+  seen.add(initial.metadata.labels[key]);
+  const url = new URL(`/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D${node}&resourceVersion=${initial.metadata.resourceVersion}`, cp.server);
+  let broken: string | undefined;
+  let stopped = false;
+  const req = https.get(url, { ca: fs.readFileSync(cp.caFile), headers: { Authorization: `Bearer ${cp.adminToken}` }, agent: false }, res => {
+    let buffer = '';
+    res.on('data', chunk => {
+      buffer += chunk;
+      for (let i = buffer.indexOf('\n'); i >= 0; i = buffer.indexOf('\n')) {
+        const event = JSON.parse(buffer.slice(0, i));
+        buffer = buffer.slice(i + 1);
+        if (event.type === 'ERROR') broken = JSON.stringify(event.object);
+        else seen.add(event.object.metadata.labels?.[key]);
+      }
+    });
+    res.on('end', () => {
+      if (!stopped) broken = 'the watch ended early';
+    });
+  });
+  req.on('error', e => void (broken = e.message));
+  try {
+    await during();
+  } finally {
+    stopped = true;
+    req.destroy();
+  }
+  if (broken) throw new Error(`the watch of node ${node} broke: ${broken}`);
+  return seen;
+}
+
+const UNLISTED = 'unlisted';
+const UNLISTED_LABEL = 'e2e.rcm.dev/unlisted';
+const SITE_CONFIG_DROP_IN = '/etc/systemd/system/containerd.service.d/20-site-config.conf';
+
+step('health from the kubelet: on A (containerd 2.4, its kubelet lists runtime handlers) a handler its containerd does not serve fails the install with the kubelet\'s reason and the gate is never set; served, the retry installs it', async () => {
+  const a = cluster.node(A);
+  const handlerLabel = ShimNodeLabels.handlerKey(UNLISTED);
+  // GIVEN A's kubelet lists the runtime handlers of its containerd; B's (containerd 1.7) and C's (1.6) list none
+  expect((await getNode(A)).status.runtimeHandlers.map((h: any) => h.name)).toEqual(expect.arrayContaining(['runc']));
+  for (const n of [B, C]) expect((await getNode(n)).status.runtimeHandlers ?? []).toEqual([]);
+  // AND A's containerd reads a config of the site's own (an admin's drop-in), not the file the installer edits
+  a.host.write('/etc/containerd/site.toml', a.host.read('/etc/containerd/config.toml')!);
+  a.host.write(SITE_CONFIG_DROP_IN, '[Service]\nExecStart=\nExecStart=/usr/bin/containerd --config /etc/containerd/site.toml\n');
+  a.host.run(['systemctl', 'daemon-reload']);
+  a.systemctl('restart', 'containerd');
+  await publish('unlisted', UNLISTED);
+  label(A, UNLISTED_LABEL, 'true');
+  let failure: any;
+  const values = await labelValuesDuring(A, handlerLabel, async () => {
+    // WHEN a Shim selecting A is applied
+    apply([{ name: UNLISTED, version: 'unlisted', selector: { [UNLISTED_LABEL]: 'true' } }]);
+    // THEN the installer's own checks pass (the file it edits has the handler) but the kubelet
+    // never lists it: the install fails on A with the kubelet's reason
+    failure = await eventually(async () => {
+      const raw = (await getNode(A)).metadata.annotations[ShimNodeLabels.failureKey(UNLISTED)];
+      return raw ? JSON.parse(raw) : undefined;
+    }, 240_000, diagnostics);
+  });
+  expect(failure).toMatchObject({ reason: 'HandlerNotReportedByKubelet', message: expect.stringContaining('status.runtimeHandlers') });
+  expect(handlersOf(a.configDump())[UNLISTED]).toBeDefined();
+  // AND the gate was never set on A while it failed: no RuntimeClass could send a pod there
+  expect([...values]).toEqual([undefined]);
+  expect((await getNode(A)).status.runtimeHandlers.map((h: any) => h.name)).not.toContain(UNLISTED);
+
+  // WHEN the site's drop-in goes (containerd reads the file the installer edits) and the Shim is retried
+  a.host.run(['rm', SITE_CONFIG_DROP_IN, '/etc/containerd/site.toml']);
+  a.host.run(['systemctl', 'daemon-reload']);
+  a.systemctl('restart', 'containerd');
+  cluster.controlPlane.kubectl(['annotate', 'shim', UNLISTED, `runtime.spinkube.dev/retry=${Date.now()}`, '--overwrite']);
+  // THEN the kubelet lists the handler and the gate is set
+  await shimReady(UNLISTED, 1);
+  expect((await getNode(A)).status.runtimeHandlers.map((h: any) => h.name)).toContain(UNLISTED);
+  expect((await getNode(A)).metadata.labels[handlerLabel]).toBe(UNLISTED);
+
+  // WHEN the Shim is deleted THEN A is as it started
+  cluster.controlPlane.kubectl(['delete', 'shim', UNLISTED, '--wait=true', '--timeout=180s']);
+  expect(a.configDump()).toEqual(start[A].dump);
+}, () => {
+  const a = cluster.node(A);
+  label(A, UNLISTED_LABEL, null);
+  if (a.host.tryRun(['test', '-e', SITE_CONFIG_DROP_IN]).code === 0) {
+    a.host.run(['rm', '-f', SITE_CONFIG_DROP_IN, '/etc/containerd/site.toml']);
+    a.host.run(['systemctl', 'daemon-reload']);
+    a.systemctl('restart', 'containerd');
+  }
 });
