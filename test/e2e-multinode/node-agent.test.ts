@@ -9,15 +9,16 @@ import {
 } from '../support/fleet-app';
 import { ClusterNode, MultiNodeCluster } from '../support/multi-node-cluster';
 import { eventually, Rest } from '../support/rest';
-import { CONTAINERD_BINARIES } from '../support/tools';
+import { STACK_BIN_DIR } from '../support/tools';
 
 // Install mode NodeAgent on the multi-node suite's production-shaped nodes (issue 21's proof):
 // A and B boot a real systemd 252 with Debian's stock containerd.service (start limit 5 in
-// 10 s), A containerd 1.6 (bookworm), B 1.7 (trixie) with an admin's config behind a symlink;
+// 10 s), A containerd 2.4 (built from the Go module proxy, its kubelet lists runtime handlers),
+// B 1.7 (trixie) with an admin's version-2 config behind a symlink;
 // C is k3s-shaped. The app is synthesized with InstallMode.nodeAgent: the rcm-node-agent
 // DaemonSet carries out what the controller admits in each node's record, with no installer
 // Job. The steps: four Shims at once (one containerd start per node), drift on real nodes
-// (containerd replaced by a package upgrade on A, the config rewritten on B), the agent
+// (containerd 1.7 replaced by a 2.4 package upgrade on B, the config rewritten on B), the agent
 // DaemonSet deleted and applied again (nothing restarted, nothing uninstalled), and the
 // uninstall wave. containerd's starts come from each node's own journal (A, B) or the k3s
 // unit's log (C). Needs root and scripts/provision.sh; run it with `npx projen e2e:multinode`.
@@ -260,11 +261,12 @@ step('change sets: four Shims applied at once are installed by the agents with o
   await podsUnderEveryHandler('cs');
 });
 
-step('drift on a real node: containerd replaced by a package upgrade (1.6 -> 1.7) on A drops the gates within the drift check, the agent verifies the handlers with the new containerd (no download, no restart, config unchanged), and no pod fails for a missing runtime', async () => {
-  const a = cluster.node(A);
+step('drift on a real node: containerd replaced by a package upgrade (1.7 -> 2.4, the move off an ended release) on B drops the gates within the drift check, the agent verifies the handlers with the new containerd (no download, no restart, config unchanged), and no pod fails for a missing runtime', async () => {
+  // B: containerd 1.7 (ended in September 2026) with the admin's version-2 config behind a symlink; the new package is containerd 2.4
+  const a = cluster.node(B);
   const sd = a.systemd!;
-  expect(start[A].version).toMatch(/ 1\.6\./);
-  const trixie = path.dirname(CONTAINERD_BINARIES.find(c => c.version === '1.7')!.binary);
+  expect(start[B].version).toMatch(/ 1\.7\./);
+  const upgrade = STACK_BIN_DIR;
   const configBefore = a.host.read(a.effectiveConfig)!;
   const fetched = { ...downloads };
   const containerdPid = sd.mainPidOnMachine('containerd');
@@ -272,23 +274,23 @@ step('drift on a real node: containerd replaced by a package upgrade (1.6 -> 1.7
   const files = ['containerd', 'ctr', 'containerd-shim-runc-v2'];
   for (const f of files) {
     const target = path.join(sd.root, 'usr/bin', `${f}.dpkg-new`);
-    fs.copyFileSync(path.join(trixie, f), target);
+    fs.copyFileSync(path.join(upgrade, f), target);
     fs.chmodSync(target, 0o755);
   }
   const newVersion = a.host.run(['/usr/bin/containerd.dpkg-new', '--version']).trim();
-  expect(newVersion).toMatch(/ 1\.7\./);
-  // AND pods of the four RuntimeClasses keep arriving on A, but for the upgrade's own restart:
+  expect(newVersion).toMatch(/ v?2\.4\./);
+  // AND pods of the four RuntimeClasses keep arriving on B, but for the upgrade's own restart:
   // a container whose start the restart cuts ("transport is closing") is the kubelet's to
   // start again, which a 1.20 kubelet sometimes leaves waiting for good (seen twice in a row
   // here, rep-1); that is the upgrade's doing, not the drift this step is about
   let streaming = true;
   let restarting = false;
   const streamedSoFar: string[] = [];
-  const stream = streamPods('rep', A, async () => streaming, 1500, () => restarting);
+  const stream = streamPods('rep', B, async () => streaming, 1500, () => restarting);
   await sleep(2000);
   restarting = true;
   await eventually(async () => {
-    const pods = (await api.get(`/api/v1/namespaces/default/pods?fieldSelector=${encodeURIComponent(`spec.nodeName=${A}`)}`)).items
+    const pods = (await api.get(`/api/v1/namespaces/default/pods?fieldSelector=${encodeURIComponent(`spec.nodeName=${B}`)}`)).items
       .filter((p: any) => p.metadata.name.startsWith('rep-'));
     streamedSoFar.splice(0, streamedSoFar.length, ...pods.map((p: any) => p.metadata.name));
     return pods.every((p: any) => (p.status?.containerStatuses ?? []).some((c: any) => c.state?.running || c.state?.terminated));
@@ -302,17 +304,17 @@ step('drift on a real node: containerd replaced by a package upgrade (1.6 -> 1.7
   restarting = false;
   expect(a.host.run([a.containerd, '--version']).trim()).toBe(newVersion);
   expect(sd.mainPidOnMachine('containerd')).not.toBe(containerdPid);
-  // THEN the agent's drift check drops A's four gates within its period and a pass
-  await eventually(async () => Object.values(await gates(A)).every(g => g === undefined), 60_000, diagnostics);
+  // THEN the agent's drift check drops B's four gates within its period and a pass
+  await eventually(async () => Object.values(await gates(B)).every(g => g === undefined), 60_000, diagnostics);
   const gateGone = Date.now() - replacedAt;
   const driftLines = agentLog(a).filter(l => /^drift: .*containerd was replaced/.test(l.msg ?? ''));
   expect(driftLines.map(l => l.shim).sort()).toEqual(expect.arrayContaining(SHIM_NAMES));
   // AND the controller admits the installs again, and the agent answers: the gates are back
-  await eventually(async () => Object.entries(await gates(A)).every(([s, g]) => g === s) && allReady(), 120_000, diagnostics);
+  await eventually(async () => Object.entries(await gates(B)).every(([s, g]) => g === s) && allReady(), 120_000, diagnostics);
   const gateBack = Date.now() - replacedAt;
   streaming = false;
   const streamed = await stream;
-  process.stdout.write(`node agent, containerd replaced on ${A} (${start[A].version} -> ${newVersion}): gates gone after ${seconds(gateGone)} s `
+  process.stdout.write(`node agent, containerd replaced on ${B} (${start[B].version} -> ${newVersion}): gates gone after ${seconds(gateGone)} s `
     + `(drift check every ${DRIFT_SECONDS} s), back after ${seconds(gateBack)} s\n`);
   expect(gateGone).toBeLessThanOrEqual((DRIFT_SECONDS + 10) * 1000);
   // AND the agent verified each handler with the new containerd: no download, the config byte for byte, no containerd start but the upgrade's
@@ -328,7 +330,7 @@ step('drift on a real node: containerd replaced by a package upgrade (1.6 -> 1.7
   expect(await jobs()).toEqual([]);
   // AND every pod streamed meanwhile ran, none refused for a missing runtime
   await expectStreamedPodsRan(streamed);
-  // AND pods of every handler run on A with containerd 1.7, which now starts the payload's own shim
+  // AND pods of every handler run on B with containerd 2.4, which starts the payload's own shim
   await podsUnderEveryHandler('rep-after');
   await deleteWorkloads();
 });
@@ -452,7 +454,7 @@ step('uninstall: deleting the Shims uninstalls them through the agents with one 
     // AND the node's config is as before the suite: the file containerd reads and the one an admin edits, byte for byte
     expect(n.host.read(n.effectiveConfig)).toBe(start[n.name].file);
     expect(n.host.read(n.editedConfig)).toBe(start[n.name].edited);
-    // (and what containerd makes of it, where containerd is the one it started with: A's was replaced)
+    // (and what containerd makes of it, where containerd is the one it started with: B's was replaced)
     if (n.host.run([n.containerd, '--version']).trim() === start[n.name].version) expect(n.configDump()).toBe(start[n.name].dump);
     expect(n.host.tryRun(['sh', '-c', 'ls /opt/rcm/shims /opt/rcm/payloads /opt/rcm/state 2>/dev/null']).stdout.trim()).toBe('');
     expect(await nodeRecord(n.name)).toEqual({ labels: {}, annotations: {} });
