@@ -227,7 +227,7 @@ describe('the Shim schema', () => {
     }, /Duplicate value/],
     ['a non-http platform location in the upstream shape', {
       ...VALID_SPEC, fetchStrategy: { platforms: [{ os: 'linux', arch: 'aarch64', location: 'ftp://e.com/a' }] },
-    }, /spec.fetchStrategy.platforms.location: Invalid value/],
+    }, /spec.fetchStrategy.platforms(\[0\])?.location: Invalid value/],
   ];
   test.each(REJECTED)('rejects %s', (_what, spec, message) => {
     // --validate=false: the API server, not kubectl's client-side check, must refuse it.

@@ -236,14 +236,8 @@ beforeAll(async () => {
   cp.kubectl(['apply', '-f', '-'], { input: managerYaml });
   cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/shims.runtime.spinkube.dev']);
 
-  // A token for the controller's ServiceAccount, from the token controller.
-  const token = await eventually(async () => {
-    const sa = await admin.get(`/api/v1/namespaces/${NS}/serviceaccounts/rcm-controller`);
-    const secretName = sa.secrets?.[0]?.name;
-    if (!secretName) return undefined;
-    const secret = await admin.get(`/api/v1/namespaces/${NS}/secrets/${secretName}`);
-    return secret.data?.token ? Buffer.from(secret.data.token, 'base64').toString() : undefined;
-  }, 60_000, () => cp.logTails(20));
+  // A token for the controller's ServiceAccount (TokenRequest: no token Secrets since 1.24).
+  const token = cp.kubectl(['create', 'token', 'rcm-controller', '-n', NS, '--duration=6h']).trim();
   saKubeconfig = path.join(work, 'controller.kubeconfig');
   fs.writeFileSync(saKubeconfig, fs.readFileSync(cp.kubeconfig, 'utf8').replace(/token: "[^"]*"/, `token: "${token}"`));
 

@@ -76,10 +76,12 @@ test('Jobs and Pods: identity, Failed conditions, completion, phase, waiting rea
   await admin.request('POST', `/apis/batch/v1/namespaces/${NS}/jobs`, job('pb-succeeded'));
   const t = '2026-11-22T10:00:00Z';
   await admin.request('PATCH', `/apis/batch/v1/namespaces/${NS}/jobs/pb-failed/status`, {
-    status: { startTime: t, failed: 1, conditions: [{ type: 'Failed', status: 'True', reason: 'BackoffLimitExceeded', message: 'Job has reached the specified backoff limit', lastProbeTime: t, lastTransitionTime: t }] },
+    // (the job controller of 1.31 and later writes FailureTarget before Failed, and the API server requires it)
+    status: { startTime: t, failed: 1, conditions: ['FailureTarget', 'Failed'].map(type => ({ type, status: 'True', reason: 'BackoffLimitExceeded', message: 'Job has reached the specified backoff limit', lastProbeTime: t, lastTransitionTime: t })) },
   }, 'application/merge-patch+json');
   await admin.request('PATCH', `/apis/batch/v1/namespaces/${NS}/jobs/pb-succeeded/status`, {
-    status: { startTime: t, completionTime: '2026-11-22T10:00:07Z', succeeded: 1, conditions: [{ type: 'Complete', status: 'True', lastProbeTime: t, lastTransitionTime: t }] },
+    // (and SuccessCriteriaMet before Complete)
+    status: { startTime: t, completionTime: '2026-11-22T10:00:07Z', succeeded: 1, conditions: ['SuccessCriteriaMet', 'Complete'].map(type => ({ type, status: 'True', lastProbeTime: t, lastTransitionTime: t })) },
   }, 'application/merge-patch+json');
   for (const name of ['pb-failed', 'pb-succeeded']) {
     const path = `/apis/batch/v1/namespaces/${NS}/jobs/${name}`;
