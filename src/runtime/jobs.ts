@@ -38,8 +38,8 @@ export const COPY_TOOL = '/usr/local/lib/rcm/busybox';
 export const ARTIFACT_FILE = '/rcm-artifact/artifact';
 
 /**
- * Kubernetes 1.20 cannot mount an image as a volume: an init container from the artifact's
- * image copies the file into an emptyDir with a static copy tool that a first init
+ * No image volume (a feature that needs both the cluster and the runtime to support it): an
+ * init container from the artifact's image copies the file into an emptyDir with a static copy tool that a first init
  * container put there from the installer image. The kubelet pulls the image, so digests,
  * pull secrets and the node's registry mirrors apply as for any pod.
  */

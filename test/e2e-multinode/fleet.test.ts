@@ -70,9 +70,10 @@ function installedBinary(version: string): string {
 
 /**
  * The shim that runs a pod of the fleet's handler on a node serving `version`: the payload's
- * where containerd honours runtime_path (1.7), else containerd's own shim of the runtime_type,
- * which then gets the handler's options: containerd 1.6's CRI never hands runtime_path to the
- * task it starts (containerd/containerd#8207, fixed in 1.7; seen here with 1.6.20 on A and C).
+ * where containerd honours runtime_path (1.7 and later: A and B), else containerd's own shim of
+ * the runtime_type, which then gets the handler's options: containerd 1.6's CRI never hands
+ * runtime_path to the task it starts (containerd/containerd#8207, fixed in 1.7; seen here with
+ * 1.6.20 on C).
  */
 function shimServing(node: string, version: string): string {
   return runtimePathHonoured[node] ? installedBinary(version) : ownRuncShim[node];
@@ -1165,7 +1166,7 @@ step('health from the kubelet: on A (containerd 2.4, its kubelet lists runtime h
   a.host.write('/etc/containerd/site.toml', a.host.read('/etc/containerd/config.toml')!);
   a.host.write(SITE_CONFIG_DROP_IN, '[Service]\nExecStart=\nExecStart=/usr/bin/containerd --config /etc/containerd/site.toml\n');
   a.host.run(['systemctl', 'daemon-reload']);
-  a.systemctl('restart', 'containerd');
+  a.host.systemctl('restart', 'containerd');
   await publish('unlisted', UNLISTED);
   label(A, UNLISTED_LABEL, 'true');
   let failure: any;
@@ -1188,7 +1189,7 @@ step('health from the kubelet: on A (containerd 2.4, its kubelet lists runtime h
   // WHEN the site's drop-in goes (containerd reads the file the installer edits) and the Shim is retried
   a.host.run(['rm', SITE_CONFIG_DROP_IN, '/etc/containerd/site.toml']);
   a.host.run(['systemctl', 'daemon-reload']);
-  a.systemctl('restart', 'containerd');
+  a.host.systemctl('restart', 'containerd');
   cluster.controlPlane.kubectl(['annotate', 'shim', UNLISTED, `runtime.spinkube.dev/retry=${Date.now()}`, '--overwrite']);
   // THEN the kubelet lists the handler and the gate is set
   await shimReady(UNLISTED, 1);
@@ -1204,6 +1205,6 @@ step('health from the kubelet: on A (containerd 2.4, its kubelet lists runtime h
   if (a.host.tryRun(['test', '-e', SITE_CONFIG_DROP_IN]).code === 0) {
     a.host.run(['rm', '-f', SITE_CONFIG_DROP_IN, '/etc/containerd/site.toml']);
     a.host.run(['systemctl', 'daemon-reload']);
-    a.systemctl('restart', 'containerd');
+    a.host.systemctl('restart', 'containerd');
   }
 });

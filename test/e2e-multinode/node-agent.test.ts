@@ -24,7 +24,7 @@ import { STACK_BIN_DIR } from '../support/tools';
 // unit's log (C). Needs root and scripts/provision.sh; run it with `npx projen e2e:multinode`.
 
 const NODES = { 'rcm-agent-a': 'plain', 'rcm-agent-b': 'custom', 'rcm-agent-c': 'k3s' } as const;
-const [A, B] = Object.keys(NODES);
+const [, B] = Object.keys(NODES);
 const SHIM_NAMES = ['agent-1', 'agent-2', 'agent-3', 'agent-4'];
 const SELECT_LABEL = 'e2e.rcm.dev/agent-fleet';
 const AGENT = 'rcm-node-agent';
@@ -281,8 +281,8 @@ step('drift on a real node: containerd replaced by a package upgrade (1.7 -> 2.4
   expect(newVersion).toMatch(/ v?2\.4\./);
   // AND pods of the four RuntimeClasses keep arriving on B, but for the upgrade's own restart:
   // a container whose start the restart cuts ("transport is closing") is the kubelet's to
-  // start again, which a 1.20 kubelet sometimes leaves waiting for good (seen twice in a row
-  // here, rep-1); that is the upgrade's doing, not the drift this step is about
+  // start again, which the 1.20 kubelet the suite ran before sometimes left waiting for good
+  // (seen twice in a row, rep-1); that is the upgrade's doing, not the drift this step is about
   let streaming = true;
   let restarting = false;
   const streamedSoFar: string[] = [];

@@ -12,7 +12,7 @@ import { CodeBlock, codeBlocks, createFreshApp, FreshApp, packTarball, synthesiz
 import { buildProductImages, CONTROLLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
 import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from '../support/single-node-cluster';
-import { KUBE_BIN_DIR, stackBinary } from '../support/tools';
+import { KUBE_BIN_DIR, PAYLOAD_RUNC_SHIM, stackBinary } from '../support/tools';
 
 // The new user's path, by README.md alone, on the single-node test cluster: pack the tarball,
 // create a fresh cdk8s app, paste the README's quick start (the first ```ts block after
@@ -120,7 +120,7 @@ async function serveArtifact(handler: string): Promise<{ location: string; sha25
   const dir = path.join(work, 'artifact');
   fs.mkdirSync(path.join(work, 'www'), { recursive: true });
   fs.mkdirSync(dir, { recursive: true });
-  fs.copyFileSync('/usr/bin/containerd-shim-runc-v2', path.join(dir, `containerd-shim-${handler}-v2`));
+  fs.copyFileSync(PAYLOAD_RUNC_SHIM, path.join(dir, `containerd-shim-${handler}-v2`));
   const file = path.join(work, 'www', `containerd-shim-${handler}-v2.tar.gz`);
   await tar.c({ file, cwd: dir, gzip: true, portable: true }, [`containerd-shim-${handler}-v2`]);
   server = http.createServer((req, res) => {

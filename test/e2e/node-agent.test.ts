@@ -13,6 +13,7 @@ import { bindStrayControllersToV1 } from '../support/host-cgroups';
 import { eventually, Rest } from '../support/rest';
 import { SingleNodeCluster } from '../support/single-node-cluster';
 import { buildWasmImage, buildWasmPayload, WasmImage, WasmPayload } from '../support/wasm';
+import { PAYLOAD_RUNC_SHIM } from '../support/tools';
 
 // Install mode NodeAgent on a real single-node cluster: the app synthesizes the controller with
 // --install-mode agent and the rcm-node-agent DaemonSet; the agent pod (the installer image)
@@ -41,7 +42,7 @@ beforeAll(async () => {
   // A real shim: containerd's runc shim under the handler's name.
   const dir = path.join(work, 'artifact');
   fs.mkdirSync(dir);
-  fs.copyFileSync('/usr/bin/containerd-shim-runc-v2', path.join(dir, `containerd-shim-${SHIM}-v2`));
+  fs.copyFileSync(PAYLOAD_RUNC_SHIM, path.join(dir, `containerd-shim-${SHIM}-v2`));
   const file = path.join(work, 'www', 'shim.tar.gz');
   await tar.c({ file, cwd: dir, gzip: true, portable: true }, [`containerd-shim-${SHIM}-v2`]);
   artifact = { location: `${bed().artifactBase}/shim.tar.gz`, sha256: sha256(fs.readFileSync(file)) };

