@@ -154,7 +154,7 @@ function binaryOf(table: any): string | undefined {
 const DEFAULTS_BLOCK = 'default runtimes';
 const HANDLER_BLOCK = '# BEGIN runtime-class-manager handler ';
 
-function beginMarker(handler: string): string {
+export function beginMarker(handler: string): string {
   return handler === DEFAULTS_BLOCK
     ? '# BEGIN runtime-class-manager default runtimes (written out so that containerd 1.x keeps them)'
     : `${HANDLER_BLOCK}${handler} (managed; edits here are overwritten)`;

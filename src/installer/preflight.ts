@@ -6,7 +6,7 @@
 // restart remains.
 import * as fs from 'fs';
 import * as path from 'path';
-import { ConfigError, effectiveConfigProblem } from './containerd-config';
+import { beginMarker, CONFIG_VERSIONS, ConfigError, effectiveConfigProblem, handlerBinary } from './containerd-config';
 import { DistroLayout, HostContext, hostCommand, onHost } from './host';
 import { InstallerOptions } from './options';
 import { Logger } from '../shared/log';
@@ -27,8 +27,10 @@ export async function preflight(ctx: PreflightContext, layout: DistroLayout, can
   }
   if (layout.template) return;
   if (layout.effectiveConfig !== layout.config) {
-    // A drop-in beside a main config: nothing containerd reads today may define the handler.
-    const today = await dumpProblem(ctx, layout.effectiveConfig, undefined);
+    // A drop-in beside a main config: nothing containerd reads today may define the handler,
+    // but our own drop-in (an earlier revision, which this one replaces), and then only with
+    // the binary that drop-in gives it (else another file wins over ours).
+    const today = await dumpProblem(ctx, layout.effectiveConfig, ownDropInBinary(ctx.options, layout));
     if (today) throw new ConfigError(today);
   }
   const candidateFile = candidatePath(ctx.options, layout);
@@ -44,6 +46,19 @@ export async function preflight(ctx: PreflightContext, layout: DistroLayout, can
     fs.rmSync(onDisk, { force: true });
     if (createdFolder) fs.rmSync(createdFolder, { recursive: true, force: true });
   }
+}
+
+/** The shim our drop-in at `layout.config` gives the handler today (an earlier revision's), or undefined. */
+function ownDropInBinary(options: InstallerOptions, layout: DistroLayout): string | undefined {
+  const file = onHost(options, layout.config);
+  if (!fs.existsSync(file)) return undefined;
+  const text = fs.readFileSync(file, 'utf8');
+  if (!text.includes(beginMarker(options.handler))) return undefined;
+  for (const version of CONFIG_VERSIONS) {
+    const binary = handlerBinary(text, version, options.handler);
+    if (binary !== undefined) return binary;
+  }
+  return undefined;
 }
 
 /**

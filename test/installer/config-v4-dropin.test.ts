@@ -5,7 +5,7 @@ import * as path from 'path';
 import { parse } from 'smol-toml';
 import { addRuntime, checkVersionSupported, detectConfigVersion, importedDropInFolder, removeRuntime } from '../../src/installer/containerd-config';
 import { containerdBaseConfig, FakeHost, startFakeHost } from '../support/fake-host';
-import { ArtifactServer, buildInstaller, publishShim, runBundle, startArtifactServer } from '../support/installer-bundle';
+import { ArtifactServer, buildInstaller, publishShim, publishShimVersions, runBundle, startArtifactServer } from '../support/installer-bundle';
 import { CONTAINERD_BINARIES } from '../support/tools';
 
 // containerd 2.3's config (version 4, imports of /etc/containerd/conf.d/*.toml) and drop-in
@@ -137,6 +137,31 @@ describe('a containerd 2.1 host whose config imports a drop-in folder', () => {
     expect(fs.readFileSync(path.join(h.root, MAIN), 'utf8')).toBe(main);
     expect(effective(h)).toEqual(before);
   }, 90_000);
+
+  test('a new revision replaces the handler in our own drop-in; a drop-in of another tool that wins over ours is refused, nothing changed', async () => {
+    // GIVEN the handler installed in our drop-in (a first revision)
+    const h = await bootHost();
+    const versions = await publishShimVersions(server, work);
+    const first = await runBundle(bundle, 'install', [...args(h), `--location=${versions.v1}`]);
+    expect(first.code).toBe(0);
+    // WHEN the next revision is installed THEN it replaces ours (containerd serves the handler from our drop-in today: no conflict)
+    const second = await runBundle(bundle, 'install', [...args(h), `--location=${versions.v2}`]);
+    expect(second.stderr).not.toMatch(/ERROR/);
+    expect(second.code).toBe(0);
+    expect(second.result.paths.binary).not.toBe(first.result.paths.binary);
+    expect(runtimesOf(effective(h)).rcmtest.runtime_type).toBe(second.result.paths.binary);
+    // WHEN another tool's drop-in, read after ours, gives the handler another shim
+    const dropIns = path.join(h.root, 'etc/containerd/conf.d');
+    fs.writeFileSync(path.join(dropIns, 'zz-other.toml'), 'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.rcmtest]\n  runtime_type = "/opt/other/containerd-shim-other-v2"\n');
+    const ours = fs.readFileSync(path.join(dropIns, 'rcm-rcmtest.toml'), 'utf8');
+    const third = await runBundle(bundle, 'install', [...args(h), `--location=${versions.v1}`]);
+    // THEN it is refused before anything changes, naming the winning definition
+    expect(third.code).toBe(4);
+    expect(third.stderr).toContain('/opt/other/containerd-shim-other-v2');
+    expect(fs.readFileSync(path.join(dropIns, 'rcm-rcmtest.toml'), 'utf8')).toBe(ours);
+    fs.rmSync(path.join(dropIns, 'zz-other.toml'));
+    expect((await runBundle(bundle, 'uninstall', args(h))).code).toBe(0);
+  }, 120_000);
 
   test('without the state file, uninstall still removes our drop-in and leaves the admin\'s', async () => {
     const h = await bootHost({ 'etc/containerd/conf.d/00-admin.toml': 'version = 3\n[plugins."io.containerd.cri.v1.images"]\n  snapshotter = "native"\n' });
