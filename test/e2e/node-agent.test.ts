@@ -112,12 +112,15 @@ step('applied in install mode NodeAgent, the Shim is installed by the agent pod,
   await deletePod('agent-workload');
 });
 
-step('drift: the config rewritten without the handler drops the gate within the drift check, and the agent repairs the node without a human', async () => {
-  // GIVEN the handler installed
+step('drift: the handler\'s drop-in deleted drops the gate within the drift check, and the agent repairs the node without a human', async () => {
+  // GIVEN the handler installed, on containerd 2.4 in a drop-in of its own that the config imports
+  const dropIn = path.join(path.dirname(cluster.containerd.config), 'conf.d', `rcm-${SHIM}.toml`);
+  const installedDropIn = fs.readFileSync(dropIn, 'utf8');
   const installedConfig = fs.readFileSync(cluster.containerd.config, 'utf8');
-  // WHEN configuration management writes back the config it knows (without our handler)
+  expect(installedConfig).toBe(configBefore);
+  // WHEN configuration management that owns the drop-in folder removes the file it does not know
   const changedAt = Date.now();
-  fs.writeFileSync(cluster.containerd.config, configBefore);
+  fs.rmSync(dropIn);
   // THEN the gate goes within the drift check's period (3 s) plus a margin
   await eventually(async () => (await nodeLabels())[HANDLER_LABEL] === undefined, 30_000, diagnostics);
   const gateGone = (Date.now() - changedAt) / 1000;
@@ -131,6 +134,7 @@ step('drift: the config rewritten without the handler drops the gate within the 
   expect(agent.peakMiB).toBeLessThan(512); // its memory limit
   expect(gateGone).toBeLessThan(30);
   expect(fs.readFileSync(cluster.containerd.config, 'utf8')).toBe(installedConfig);
+  expect(fs.readFileSync(dropIn, 'utf8')).toBe(installedDropIn);
   // AND a pod under the RuntimeClass runs again
   applyObject(pod('agent-after-drift', 'echo ok', SHIM));
   expect((await podWhen('agent-after-drift', ['Succeeded', 'Failed'], 120_000)).status.phase).toBe('Succeeded');

@@ -271,12 +271,14 @@ step('the same image fails without the annotation (crun runs it as a program) an
   const noRuntimeClass = await podWhen('wasm-no-runtimeclass', ['Succeeded', 'Failed'], 120_000);
   for (const failed of [noAnnotation, noRuntimeClass]) {
     expect(failed.status.phase).toBe('Failed');
-    expect(failed.status.containerStatuses[0].state.terminated.exitCode).toBe(1);
     expect(logText(failed)).not.toContain(HELLO_LINE);
   }
-  // AND each says who refused it: crun (its JSON log line) tried to exec the module as a program; runc did the same
+  // AND each says who refused it: crun (its JSON log line, exit 1) tried to exec the module as a
+  // program; runc did the same (runc 1.4 ends such a container with 255, 1.1 did with 1)
+  expect(noAnnotation.status.containerStatuses[0].state.terminated.exitCode).toBe(1);
   expect(logText(noAnnotation)).toEqual([expect.stringMatching(/^\{"msg":"exec container process `\/hello.wasm`: Exec format error","level":"error"/)]);
-  expect(logText(noRuntimeClass)).toEqual(['exec /hello.wasm: exec format error']);
+  expect(noRuntimeClass.status.containerStatuses[0].state.terminated.exitCode).not.toBe(0);
+  expect(logText(noRuntimeClass).join('\n')).toMatch(/exec \/hello.wasm: exec format error/);
   await deletePod('wasm-no-annotation');
   await deletePod('wasm-no-runtimeclass');
 });

@@ -14,7 +14,7 @@ import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from './product
 import { eventually, Rest } from './rest';
 import { BUSYBOX_IMAGE, SingleNodeCluster, startSingleNodeCluster } from './single-node-cluster';
 import { CACHE_DIR, PAYLOAD_RUNC_SHIM, stackBinary } from './tools';
-import { WASM_VARIANT_ANNOTATION, WasmPayload } from './wasm';
+import { buildWasmPayload, WASM_VARIANT_ANNOTATION, WasmPayload } from './wasm';
 import { ContainerdRestart, PullPolicy, RuntimeClassManager, RuntimeClassManagerProps, ShimConstruct, ShimConstructProps, ShimNodeLabels } from '../../src';
 
 // What the single-node end-to-end suites share: the bed (the cluster, the product's images in
@@ -228,11 +228,16 @@ export async function nodeAnnotations(): Promise<Record<string, string>> {
   return (await bed().api.get(`/api/v1/nodes/${bed().cluster.nodeName}`)).metadata.annotations ?? {};
 }
 
-/** containerd's configuration: the file, and what containerd makes of it. */
+/**
+ * containerd's configuration: the files it reads (the config, then the drop-ins it imports from
+ * its conf.d, where the installer writes on containerd 2.x), and what containerd makes of them.
+ */
 export function containerdConfig(): { file: string; dump: string } {
   const config = bed().cluster.containerd.config;
+  const dropIns = path.join(path.dirname(config), 'conf.d');
+  const imported = fs.existsSync(dropIns) ? fs.readdirSync(dropIns).sort().map(f => fs.readFileSync(path.join(dropIns, f), 'utf8')) : [];
   return {
-    file: fs.readFileSync(config, 'utf8'),
+    file: [fs.readFileSync(config, 'utf8'), ...imported].join('\n'),
     dump: execFileSync(stackBinary('containerd'), ['--config', config, 'config', 'dump'], { encoding: 'utf8' }),
   };
 }
@@ -405,20 +410,23 @@ export async function expectPodInsideGvisor(name: string, runtimeClassName: stri
   await deletePod(name);
 }
 
-/** crun as a payload: Debian's crun, the library a Debian base lacks, and a wrapper finding it. */
-export function buildCrunPayload(): Promise<Payload> {
-  return buildPayload('crun.tgz', {
-    'bin/containerd-shim-runc-v2': { source: PAYLOAD_RUNC_SHIM },
-    'bin/crun': { source: path.join(runtimesDir, 'bin', 'crun') },
-    'lib/libyajl.so.2': { source: path.join(runtimesDir, 'lib', 'x86_64-linux-gnu', 'libyajl.so.2') },
-    'bin/crun-wrapper': { text: '#!/bin/sh\nd="$(dirname "$0")"\nLD_LIBRARY_PATH="$d/../lib" exec "$d/crun" "$@"\n' },
-  });
+/**
+ * crun as a payload: Debian trixie's crun 1.21 with the libraries and loader it needs (the
+ * folder scripts/build-wasm-payload.sh makes, test/support/wasm.ts) and the runc shim.
+ * Bookworm's crun 1.8.1 refuses what containerd 2.4 hands it ("OCI runtime create failed:
+ * unknown version specified": a newer runtime-spec version than it knows).
+ */
+export async function buildCrunPayload(): Promise<Payload> {
+  const { work, artifactBase } = bed();
+  const out = path.join(work, 'www', 'crun.tgz');
+  const built = await buildWasmPayload(out);
+  return { location: `${artifactBase}/crun.tgz`, sha256: built.sha256, path: out };
 }
 
 /** A crun Shim's props besides its artifact. */
 export const CRUN_PAYLOAD: AppShim = {
   payload: { shim: 'bin/containerd-shim-runc-v2', runtimeType: 'io.containerd.runc.v2' },
-  runtimeOptions: { BinaryName: '${PAYLOAD}/bin/crun-wrapper' },
+  runtimeOptions: { BinaryName: '${PAYLOAD}/bin/crun' },
 };
 
 /** A pod of the RuntimeClass runs under crun: its container's state is crun's (a `status` file), not runc's (`state.json`), in the shim's runtime root. */
