@@ -24,7 +24,7 @@ KUBE_VERSIONS=(1.37.2 1.34.4)
 DEB_PACKAGES=(containerd runc containernetworking-plugins busybox-static openssl
   iproute2 util-linux curl ca-certificates file strace jq
   lua5.1 python3-build python3-setuptools python3-wheel golang-go wabt
-  libseccomp-dev pkg-config gcc)
+  libseccomp-dev pkg-config gcc skopeo)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 
@@ -80,6 +80,17 @@ build_stack() {
     PATH="$gobin:$PATH" bash "$(dirname "$0")/stack/build-kubernetes.sh" "$v" >/dev/null
     log "kubernetes $v ready in $CACHE_DIR/kubernetes-$v ($(( $(date +%s) - t )) s)"
   done
+}
+
+# CRI-O 1.34 (crio, built from the Go module proxy with the same Go as build_stack) and Debian
+# bookworm's conmon with libglib2.0-0, unpacked beside it, for the multi-node suite's CRI-O node
+# (test/support/crio-node.ts); skopeo (DEB_PACKAGES) puts that node's images into its storage.
+build_crio() {
+  local gobin t out
+  gobin="$(stack_go)"
+  t=$(date +%s)
+  out=$(PATH="$gobin:$PATH" bash "$(dirname "$0")/stack/build-crio.sh")
+  log "cri-o and conmon ready in $out ($(( $(date +%s) - t )) s)"
 }
 
 # containerd 1.7 (trixie) and 2.1 (sid) binaries for the config oracle tests: downloaded with
@@ -217,6 +228,7 @@ main() {
   phase() { t=$(date +%s); "$@"; log "phase $1: $(( $(date +%s) - t )) s"; }
   phase apt_install $(missing_packages "${DEB_PACKAGES[@]}")
   phase build_stack
+  phase build_crio
   phase fetch_containerd_suite trixie
   phase fetch_containerd_suite sid
   phase fetch_node24

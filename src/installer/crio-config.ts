@@ -5,8 +5,8 @@
 // a handler is a table `[crio.runtime.runtimes.<handler>]`. The installer writes one file of
 // its own per handler and never edits crio.conf nor another tool's drop-in. Facts read from
 // CRI-O's docs (crio.conf(5), docs/crio.conf.5.md in cri-o/cri-o) and source, summed up in
-// issue 23; none of it was run against a real CRI-O here (no CRI-O package exists for these
-// machines).
+// issue 23; an `oci` handler's drop-in, its restart and `crio status config` were run against a
+// real CRI-O 1.34.0 (test/e2e-multinode/crio.test.ts), the rest was not.
 import * as path from 'path';
 import { parse, stringify } from 'smol-toml';
 import { ConfigError, HandlerSettings } from './containerd-config';
@@ -65,23 +65,41 @@ export interface CrioVersion {
 /**
  * CRI-O's version from `crio --version`. Since 1.18 it prints `crio version X.Y.Z` and a
  * `Version:` line (1.18.1 printed an empty first line and only the `Version:` line); older
- * releases print the first line only.
+ * releases print the first line only. 1.34 prints no `Version:` line and indents the others
+ * under the first (`   GitCommit:  ...`, seen on a real 1.34.0): the lines are read trimmed, or
+ * the commit would be left out of `build` and a rebuild of the same version not seen.
  */
 export function parseCrioVersion(stdout: string): CrioVersion | undefined {
   const m = /^Version:\s*v?((\d+)\.(\d+)\.\d+\S*)/m.exec(stdout) ?? /^crio version v?((\d+)\.(\d+)\.\d+\S*)/m.exec(stdout);
   if (!m) return undefined;
-  const build = stdout.split('\n').filter(l => /^(crio version|Version:|GitCommit:)/.test(l)).map(l => l.trim()).join(' ');
+  const build = stdout.split('\n').map(l => l.trim()).filter(l => /^(crio version|Version:|GitCommit:)/.test(l)).join(' ');
   return { text: m[1], major: Number(m[2]), minor: Number(m[3]), build };
 }
 
 /**
- * How a changed drop-in reaches CRI-O: `reload` (SIGHUP: `systemctl reload crio`, whose unit
- * runs `kill -HUP`) from 1.26 on, where the `crio.runtime.runtimes` table reloads live;
- * `restart` before, and when the version is unknown (a restart is right for every version).
+ * The first CRI-O version known to make a handler added by a reload usable by pods, if any:
+ * none yet (see crioApplyBy).
+ */
+export const CRIO_RELOAD_RUNS_NEW_HANDLERS_FROM: { readonly major: number; readonly minor: number } | undefined = undefined;
+
+/**
+ * How a changed drop-in reaches CRI-O: `restart` (`systemctl restart crio`, paced within the
+ * unit's start limit), for every version known. CRI-O documents SIGHUP (`systemctl reload crio`)
+ * as reloading the `crio.runtime.runtimes` table from 1.26 on, and a reload does change what
+ * CRI-O reports (`crio status config`, the handlers the kubelet lists), but not the table its
+ * RunPodSandbox looks a handler up in: a handler added by a reload is listed, and every pod of
+ * it fails with "failed to find runtime handler <h> from runtime list map[...]" until CRI-O
+ * restarts (seen on a real CRI-O 1.34.0 in test/e2e-multinode/crio.test.ts; cri-o/cri-o#10202,
+ * open: the server keeps its own copy of the configuration, which the reload updates, and the
+ * OCI runtime layer another, which it does not). The installer's check after the change reads
+ * `crio status config`, which the reload satisfies, so a reload would report an install that
+ * cannot run a pod. `reload` only from a version known to fix it
+ * (CRIO_RELOAD_RUNS_NEW_HANDLERS_FROM), none yet.
  */
 export function crioApplyBy(version: CrioVersion | undefined): 'reload' | 'restart' {
-  if (!version) return 'restart';
-  return version.major > 1 || (version.major === 1 && version.minor >= 26) ? 'reload' : 'restart';
+  const fixed = CRIO_RELOAD_RUNS_NEW_HANDLERS_FROM;
+  if (!version || !fixed) return 'restart';
+  return version.major > fixed.major || (version.major === fixed.major && version.minor >= fixed.minor) ? 'reload' : 'restart';
 }
 
 /**

@@ -1,11 +1,15 @@
 // CRI-O nodes (issue 23): the side effects around crio-config.ts's pure functions. The
 // install flow's CRI-O branch (Installer.change hands CRI-O layouts here): our drop-in file
 // is written under the same host lock, journal and change sets as a containerd edit, and
-// CRI-O is reloaded (SIGHUP, 1.26+) or restarted (older, paced like containerd) once per set,
-// then asked (`crio status config`) whether it serves every handler of the set.
+// CRI-O is restarted (paced like containerd) once per set, then asked (`crio status config`)
+// whether it serves every handler of the set. Not reloaded: a handler a reload (SIGHUP) adds is
+// listed but cannot run a pod (crioApplyBy says why; the reload branch below serves a version
+// known to fix that, none yet).
 //
-// Proven here only at the level of files and commands, on fake hosts with stand-ins for
-// crio and systemctl (test/installer/crio-hosts.test.ts): no CRI-O ran.
+// Run against a real CRI-O 1.34.0 under a kubelet and systemd (test/e2e-multinode/crio.test.ts:
+// an `oci` handler installed, repaired, uninstalled); the rest (refusals, rollbacks, a replaced
+// CRI-O, other versions) at the level of files and commands, on fake hosts with stand-ins for
+// crio and systemctl (test/installer/crio-hosts.test.ts, crio-drift.test.ts).
 import * as fs from 'fs';
 import * as path from 'path';
 import { ChangeSets, Pending } from './change-set';
@@ -37,8 +41,8 @@ export async function crioVersion(host: HostContext): Promise<CrioVersion | unde
 }
 
 /**
- * CRI-O's "restart": a reload by SIGHUP where the version reloads the runtimes table (1.26+),
- * a restart otherwise (paced within the unit's start limit, as containerd's); then the check
+ * CRI-O's "restart": a restart (paced within the unit's start limit, as containerd's), or a
+ * reload by SIGHUP from a version known to make reloaded handlers usable (crioApplyBy); then the check
  * that CRI-O answers `crio status config` and lists every handler of the set with the
  * runtime_path written. A reload is not a start: systemd's start limit does not count it.
  */

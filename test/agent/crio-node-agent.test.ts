@@ -19,7 +19,7 @@ import { eventually } from '../support/rest';
 // lexical order, the last one winning). The Node object is a stand-in too: an in-memory node
 // that applies the agent's merge patches and sends them back as watch events (no API server).
 // What is proven: a request is carried out by the installer in process on CRI-O (drop-in,
-// reload), `status` tells installed from drifted (our drop-in deleted, rewritten, replaced by
+// restart), `status` tells installed from drifted (our drop-in deleted, rewritten, replaced by
 // another tool's, shadowed by a file CRI-O reads after it; the binary deleted or altered),
 // and the agent's drift check takes the gate away on each, and not on an intact node.
 
@@ -80,14 +80,14 @@ test('the node agent on a CRI-O node: a request installed in process; status and
         },
       },
     });
-    // THEN the agent carries it out in process: our drop-in, one reload, the handler served
+    // THEN the agent carries it out in process: our drop-in, one restart, the handler served
     const result = await eventually(async () => {
       const text = node.node.metadata.annotations[resultKey(SHIM)];
       const r = text ? JSON.parse(text) : undefined;
       return r?.phase === 'succeeded' || r?.phase === 'failed' ? r : undefined;
     }, 60_000, () => JSON.stringify(node.node.metadata.annotations));
     expect(result).toMatchObject({ phase: 'succeeded', result: { outcome: 'installed', exitCode: 0 } });
-    expect(systemctlCalls(host)).toEqual(['reload crio']);
+    expect(systemctlCalls(host)).toEqual(['restart crio']);
     const binary = served(host).crio.runtime.runtimes[HANDLER].runtime_path;
     expect(binary).toMatch(/^\/opt\/rcm\/shims\/rcmtest\/[0-9a-f]{16}\/containerd-shim-rcmtest-v2$/);
     expect(await status(host)).toMatchObject({ outcome: 'status', distro: 'crio', crioVersion: '1.29.1', installed: true, message: 'handler rcmtest is installed' });
@@ -125,11 +125,11 @@ test('the node agent on a CRI-O node: a request installed in process; status and
         () => `CRI-O does not serve runtime_path ${runtimePath} after the reload: ${JSON.stringify(served(host).crio.runtime.runtimes[HANDLER])}`);
     };
 
-    // Our drop-in deleted: the install writes it again and reloads.
+    // Our drop-in deleted: the install writes it again and restarts CRI-O.
     fs.rmSync(dropIn);
     await drift(/recorded as installed, but its drop-in \/etc\/crio\/crio.conf.d\/99-rcm-rcmtest.conf is missing$/, () => reinstalled());
     expect(fs.readFileSync(dropIn, 'utf8')).toBe(written);
-    expect(systemctlCalls(host)).toEqual(['reload crio', 'reload crio']);
+    expect(systemctlCalls(host)).toEqual(['restart crio', 'restart crio']);
 
     // Our drop-in rewritten by someone (our first line kept, another runtime_path): CRI-O serves theirs until the install writes ours again.
     fs.writeFileSync(dropIn, written.replace(binary, '/usr/bin/other-shim'));
@@ -158,7 +158,7 @@ test('the node agent on a CRI-O node: a request installed in process; status and
     });
     expect(served(host).crio.runtime.runtimes[HANDLER].runtime_path).toBe(binary);
 
-    // The binary deleted, then altered: the install writes it again (the drop-in is unchanged: no reload).
+    // The binary deleted, then altered: the install writes it again (the drop-in is unchanged: no restart).
     const calls = systemctlCalls(host).length;
     fs.rmSync(path.join(host.root, binary));
     await drift(/its binary .*containerd-shim-rcmtest-v2 is missing$/, () => reinstalled());

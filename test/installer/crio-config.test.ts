@@ -2,7 +2,7 @@ import { parse } from 'smol-toml';
 import { CRIO_CONF_5_HANDLER_FIELDS, crioConf5Problems, CRIO_VERSION_OUTPUTS } from './crio-fixtures';
 import {
   crioApplyBy, crioConflicts, crioDropIn, crioDropInProblem, crioHandlerFor, CRIO_HANDLER_FIELDS, CrioRequest, crioServedHandler, crioShadowing,
-  CrioVersion, isOurDropIn, parseCrioVersion,
+  CrioVersion, CRIO_RELOAD_RUNS_NEW_HANDLERS_FROM, isOurDropIn, parseCrioVersion,
 } from '../../src/installer/crio-config';
 
 // CRI-O's drop-in for a Shim, as pure text (crio-config.ts): every file is parsed with
@@ -127,19 +127,30 @@ describe('crio --version (real outputs) and how a change reaches CRI-O', () => {
     ['1.18.1', '1.18.1', 'restart'],
     ['1.18.3', '1.18.3', 'restart'],
     ['1.23.2', '1.23.2', 'restart'],
-    ['1.29.1', '1.29.1', 'reload'],
+    ['1.29.1', '1.29.1', 'restart'],
+    ['1.34.0', '1.34.0', 'restart'],
   ] as const)('%s', (key, text, by) => {
     const version = parseCrioVersion(CRIO_VERSION_OUTPUTS[key]);
     expect(version?.text).toBe(text);
     expect(crioApplyBy(version)).toBe(by);
   });
 
-  test('1.26 is the first to reload; an unknown version restarts; the build names the commit', () => {
+  test('every version known restarts: a handler added by a reload is listed but cannot run a pod (a real 1.34.0; cri-o/cri-o#10202); the build names the commit', () => {
+    expect(CRIO_RELOAD_RUNS_NEW_HANDLERS_FROM).toBeUndefined();
     expect(crioApplyBy({ text: '1.25.9', major: 1, minor: 25, build: '' })).toBe('restart');
-    expect(crioApplyBy({ text: '1.26.0', major: 1, minor: 26, build: '' })).toBe('reload');
+    expect(crioApplyBy({ text: '1.26.0', major: 1, minor: 26, build: '' })).toBe('restart');
+    expect(crioApplyBy(v('1.34.0'))).toBe('restart');
+    expect(crioApplyBy(v('1.37.0'))).toBe('restart');
     expect(crioApplyBy(undefined)).toBe('restart');
     expect(parseCrioVersion('no version here')).toBeUndefined();
     expect(v('1.23.2').build).toContain('9a36bb83172c02ebd060586086abd6c160e8a550');
+  });
+
+  test('1.34 indents its lines under the first: the commit is still part of the build (a rebuild of the same version is seen)', () => {
+    expect(v('1.34.0').build).toBe('crio version 1.34.0 GitCommit:      unknown');
+    const rebuilt = parseCrioVersion(CRIO_VERSION_OUTPUTS['1.34.0'].replace('GitCommit:      unknown', 'GitCommit:      0123456789abcdef0123456789abcdef01234567'))!;
+    expect(rebuilt.text).toBe('1.34.0');
+    expect(rebuilt.build).not.toBe(v('1.34.0').build);
   });
 });
 

@@ -1,6 +1,7 @@
 // Real `crio --version` outputs, copied from public bug reports (each names its source), and
 // the handler fields of CRI-O's crio.conf(5). The tests judge our files and decisions by
-// these; none of them was produced on this project's machines (no CRI-O runs here).
+// these; 1.34.0's was produced on this project's machines (the multi-node suite's CRI-O), the
+// others were not.
 
 /** `crio --version` as released CRI-O binaries print it. */
 export const CRIO_VERSION_OUTPUTS = {
@@ -60,6 +61,29 @@ BuildTags:
 LDFlags:          unknown
 SeccompEnabled:   true
 AppArmorEnabled:  false
+`,
+  /**
+   * A real CRI-O 1.34.0, built from the Go module proxy by scripts/stack/build-crio.sh (the
+   * multi-node suite's CRI-O node): no `Version:` line, the others indented under the first
+   * (cmd/crio/main.go of v1.34.0 lays them out so). GitCommit is unknown for want of CRI-O's
+   * Makefile flags; a released binary prints its commit on that line.
+   */
+  '1.34.0': `crio version 1.34.0
+   GitCommit:      unknown
+   GitCommitDate:  unknown
+   GitTreeState:   clean
+   GoVersion:      go1.26.8
+   Compiler:       gc
+   Platform:       linux/amd64
+   Linkmode:       dynamic
+   BuildTags:
+     containers_image_openpgp
+     exclude_graphdriver_btrfs
+     exclude_graphdriver_devicemapper
+     seccomp
+   LDFlags:          unknown
+   SeccompEnabled:   true
+   AppArmorEnabled:  false
 `,
   /**
    * MADE UP, not a release's output: 1.29.1's lines with another version and commit, for a

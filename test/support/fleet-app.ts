@@ -1,13 +1,15 @@
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 import { App, Chart, Duration } from 'cdk8s';
 import { parse } from 'smol-toml';
 import { applyServerSide, diagnosedStep, wireForTestCluster } from './e2e-common';
-import { ArtifactServer, sha256, shimBinary, startArtifactServer, tarGz } from './installer-bundle';
+import { ArtifactServer, sha256, startArtifactServer, tarGz } from './installer-bundle';
 import { ClusterNode, MultiNodeCluster, NodeShape, startMultiNodeCluster } from './multi-node-cluster';
 import { buildProductImages, CONTROLLER_IMAGE, INSTALLER_IMAGE } from './product-images';
 import { eventually, Rest } from './rest';
 import { BUSYBOX_IMAGE } from './single-node-cluster';
+import { PAYLOAD_RUNC_SHIM } from './tools';
 import { MaxUpdate, PullPolicy, Rollout, RuntimeClassManager, RuntimeClassManagerProps, ShimConstructProps } from '../../src';
 
 // What the multi-node suites (test/e2e-multinode/) share: the fleet (the cluster, the product's
@@ -44,15 +46,18 @@ export function fleet(): Fleet {
  */
 export function setUpFleet(nodes: Record<string, NodeShape>): void {
   beforeAll(async () => {
-    const cluster = await startMultiNodeCluster(nodes);
+    // A CRI-O node takes its images into its storage before it boots: built first for it.
+    const preload = Object.values(nodes).includes('crio') ? await buildProductImages(fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-images-'))) : undefined;
+    const cluster = await startMultiNodeCluster(nodes, { preloadImages: preload ? [preload.controller, preload.installer] : [] });
     const work = path.join(cluster.dir, 'work');
     fs.mkdirSync(work, { recursive: true });
     const cp = cluster.controlPlane;
     const api = new Rest(cp.server, cp.adminToken, cp.caFile);
     const apiPort = Number(new URL(cp.server).port);
-    const images = await buildProductImages(work);
+    const images = preload ?? await buildProductImages(work);
     cluster.importImage(images.controller);
     cluster.importImage(images.installer);
+    if (preload) fs.rmSync(path.dirname(preload.controller), { recursive: true, force: true });
     const server = await startArtifactServer();
     current = { cluster, api, work, server, apiPort };
   }, 600_000);
@@ -80,7 +85,7 @@ export const downloads: Record<string, number> = {};
  */
 export async function publishShimPayload(name: string, handler: string, marker: string): Promise<Artifact> {
   const { work, server } = fleet();
-  const binary = Buffer.concat([shimBinary(), Buffer.from(`\n${marker}\n`)]);
+  const binary = Buffer.concat([fs.readFileSync(PAYLOAD_RUNC_SHIM), Buffer.from(`\n${marker}\n`)]);
   const tgz = await tarGz(work, { [`containerd-shim-${handler}-v2`]: binary });
   downloads[name] = 0;
   const location = server.handle(`${name}.tar.gz`, (_req, res) => {

@@ -4,6 +4,7 @@ import * as os from 'os';
 import * as path from 'path';
 import { containerdConfigFor } from './containerd-daemon';
 import { ControlPlane, freePort, startControlPlane } from './control-plane';
+import { CRICTL_BINARY, CRIO_BINARY, CRIO_DROPIN_DIR, CRIO_NSPAWN_ARGS, CRIO_SOCKET, CRIO_TEST_BED_CONFIG, copyIntoStorage, liveStorage, ociImageId, prepareCrioRoot } from './crio-node';
 import { renderK3sConfig } from './k3s';
 import { kubeletArgs, kubeletConfig, nodeReady, printNodeInfo } from './kubelet';
 import { layOut, NodeFile, NodeHost, removeCgroups, startNodeHost } from './node-host';
@@ -31,13 +32,17 @@ import { CONTAINERD_BINARIES, kubeBinary, STACK_BIN_DIR } from './tools';
 // - "k3s": a NodeHost (own mount and pid namespaces, a `systemctl` stand-in, cgroupfs):
 //   containerd 1.6 only in /var/lib/rancher/k3s/data/current/bin (none on PATH), its config
 //   rendered at every start of the unit `k3s-agent` from the node's config.toml.tmpl and k3s's
-//   base, socket /run/k3s/containerd/containerd.sock.
+//   base, socket /run/k3s/containerd/containerd.sock;
+// - "crio": a production-shaped node whose runtime is CRI-O 1.34 (crio-node.ts: built from the Go
+//   module proxy, Debian's conmon, a pinns stand-in) under CRI-O's own crio.service, containerd.service
+//   masked, the kubelet on /var/run/crio/crio.sock; its images are copied into its storage before it
+//   boots (startMultiNodeCluster's `preloadImages`).
 //
 // An installer Job (privileged, hostPID, the host's /) on a systemd node reaches the node's
 // real systemd through `nsenter --target 1`: its `systemctl restart containerd` is systemd's,
 // start limit included.
 
-export type NodeShape = 'plain' | 'custom' | 'k3s';
+export type NodeShape = 'plain' | 'custom' | 'k3s' | 'crio';
 
 /** One start or end of a unit, as a scenario sees it on any kind of node. */
 export interface UnitEvent {
@@ -81,7 +86,7 @@ export interface ClusterNode {
   readonly host: NodeAccess;
   /** The systemd node (kind 'systemd' only): journal counters, unit state. */
   readonly systemd?: SystemdNode;
-  /** The unit that restarts this node's containerd. */
+  /** The unit that restarts this node's containerd (on a CRI-O node: crio). */
   readonly containerdUnit: string;
   /** containerd's socket, as the node sees it. */
   readonly socket: string;
@@ -97,9 +102,9 @@ export interface ClusterNode {
    * below this machine folder of the node's own cgroup (systemd: the kubelet's kubepods.slice).
    */
   readonly cgroupRoot: string;
-  /** ctr against this node's containerd, in the node. */
+  /** ctr against this node's containerd, in the node (on a CRI-O node: crictl against CRI-O's socket). */
   ctr(args: string[]): string;
-  /** `containerd config dump` with the node's own binary and config. */
+  /** `containerd config dump` with the node's own binary and config (on a CRI-O node: `crio status config`, the running config). */
   configDump(): string;
   /** Imports an OCI tarball (a machine path) into the CRI's namespace. */
   importImage(tarball: string): void;
@@ -426,6 +431,68 @@ async function startSystemdClusterNode(controlPlane: ControlPlane, name: string,
   return { node, stop };
 }
 
+/**
+ * The CRI-O node (crio-node.ts): a systemd kubelet node with CRI-O as its runtime, `images`
+ * (OCI tarballs: the busybox image and the preloaded ones) copied into its storage before it
+ * boots. Its ClusterNode: `containerd` is crio, `ctr` crictl, the configs the test bed's own
+ * drop-in (the installer writes files of its own beside it, in CRI-O's drop-in folder).
+ */
+async function startCrioClusterNode(controlPlane: ControlPlane, name: string, images: string[])
+  : Promise<{ node: ClusterNode; stop: () => Promise<void> }> {
+  const { node: sd } = await bootSystemdKubeletNode(name, {
+    controlPlane,
+    busyboxTarball: images[0],
+    runtime: { unit: 'crio', socket: CRIO_SOCKET, ready: [CRICTL_BINARY, '--runtime-endpoint', `unix://${CRIO_SOCKET}`, 'version'] },
+    nspawnArgs: CRIO_NSPAWN_ARGS,
+    prepare: root => prepareCrioRoot(root, images),
+  });
+  const host = systemdAccess(sd);
+  const crictl = (args: string[]) => sd.exec([CRICTL_BINARY, '--runtime-endpoint', `unix://${CRIO_SOCKET}`, ...args]);
+  const memory = sd.cgroups.find(c => /\/memory\//.test(c)) ?? sd.cgroups[0];
+  const journalTail = (unit: string, lines: number) => sd.tryExec(['journalctl', '-b', '-u', unit, '-n', String(lines), '-o', 'short-precise', '--no-pager']).stdout;
+  const node: ClusterNode = {
+    name,
+    shape: 'crio',
+    kind: 'systemd',
+    host,
+    systemd: sd,
+    containerdUnit: 'crio',
+    socket: CRIO_SOCKET,
+    containerd: CRIO_BINARY,
+    ctrBinary: CRICTL_BINARY,
+    effectiveConfig: CRIO_TEST_BED_CONFIG,
+    editedConfig: CRIO_TEST_BED_CONFIG,
+    cgroupRoot: memory,
+    ctr: crictl,
+    configDump: () => sd.exec([CRIO_BINARY, 'status', '--socket', CRIO_SOCKET, 'config']),
+    importImage: tarball => {
+      // preloaded before the boot: the same image (its ID) is there already
+      if (crictl(['images', '-q', '--no-trunc']).split('\n').some(id => id.replace(/^sha256:/, '') === ociImageId(tarball))) return;
+      // else into the running node's storage (containers/storage locks its files for both)
+      const { graphRoot, runRoot } = liveStorage(sd.view);
+      const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-crio-import-'));
+      try {
+        copyIntoStorage(graphRoot, runRoot, [tarball], scratch);
+      } finally {
+        fs.rmSync(scratch, { recursive: true, force: true });
+      }
+    },
+    logTails: (lines = 30) => [
+      `--- ${name}: kubelet.service (journal, last ${lines} lines) ---\n${journalTail('kubelet', lines)}`,
+      `--- ${name}: crio.service (journal, last ${lines} lines) ---\n${journalTail('crio', lines)}`,
+      `--- ${name}: ${CRIO_DROPIN_DIR} ---\n${sd.tryExec(['sh', '-c', `for f in ${CRIO_DROPIN_DIR}/*; do echo "# $f"; cat "$f"; done`]).stdout}`,
+    ].join('\n'),
+  };
+  const stop = async () => {
+    sd.tryExec(['systemctl', 'stop', 'kubelet']);
+    const pods = sd.tryExec([CRICTL_BINARY, 'pods', '-q']).stdout.split('\n').filter(Boolean).length;
+    sd.tryExec([CRICTL_BINARY, 'rmp', '--all', '--force']);
+    const { haltMs } = await sd.stop();
+    process.stdout.write(`${name}: halted in ${(haltMs / 1000).toFixed(1)} s (CRI-O pods left at the halt: ${pods})\n`);
+  };
+  return { node, stop };
+}
+
 function lastLines(text: string | undefined, lines: number): string {
   return (text ?? '').split('\n').slice(-lines).join('\n');
 }
@@ -453,9 +520,10 @@ function killAllTasks(node: ClusterNode): number {
  * Starts the control plane and one node per entry of `nodes` (name -> shape), the nodes at
  * once, each Ready, with the busybox image (sandbox and workloads) imported. The node
  * monitor's grace period is short (15 s, a stock flag) so that a stopped kubelet shows as
- * NotReady soon.
+ * NotReady soon. `preloadImages` (OCI tarballs) go into a CRI-O node's storage before it boots
+ * (its importImage then finds them there); other nodes import them with importImage as usual.
  */
-export async function startMultiNodeCluster(nodes: Record<string, NodeShape>): Promise<MultiNodeCluster> {
+export async function startMultiNodeCluster(nodes: Record<string, NodeShape>, options: { preloadImages?: string[] } = {}): Promise<MultiNodeCluster> {
   if (process.getuid?.() !== 0) throw new Error('the multi-node cluster needs root (namespaces, systemd-nspawn, containerd and kubelets)');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-fleet-'));
   const started: { node: ClusterNode; stop: () => Promise<void> }[] = [];
@@ -496,7 +564,8 @@ export async function startMultiNodeCluster(nodes: Record<string, NodeShape>): P
     const cp = controlPlane;
     const booting = await Promise.allSettled(Object.entries(nodes).map(([name, shape]) => (shape === 'k3s'
       ? startK3sNode(cp, path.join(dir, name), name, busybox)
-      : startSystemdClusterNode(cp, name, shape, busybox))));
+      : shape === 'crio' ? startCrioClusterNode(cp, name, [busybox, ...options.preloadImages ?? []])
+        : startSystemdClusterNode(cp, name, shape, busybox))));
     for (const b of booting) if (b.status === 'fulfilled') started.push(b.value);
     for (const b of booting) if (b.status === 'rejected') throw b.reason;
     const clusterNodes = started.map(s => s.node);

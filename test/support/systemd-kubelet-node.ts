@@ -46,6 +46,15 @@ export interface SystemdKubeletNodeOptions {
   readonly nodesDir?: string;
   /** containerd (and runc) installed over Debian's 1.6 (SystemdNodeOptions.containerdFrom). */
   readonly containerdFrom?: string;
+  /**
+   * Another CRI runtime than containerd (a CRI-O node: crio-node.ts lays it out in `prepare`):
+   * its unit (the kubelet's Wants/After), its socket (the kubelet's containerRuntimeEndpoint) and
+   * the command that succeeds once it serves. Its images are `prepare`'s to lay out: no
+   * import-images.service then.
+   */
+  readonly runtime?: { readonly unit: string; readonly socket: string; readonly ready: string[] };
+  /** More systemd-nspawn arguments (after the kubelet's own). */
+  readonly nspawnArgs?: string[];
 }
 
 /**
@@ -113,11 +122,11 @@ WantedBy=multi-user.target
 const LO_ONLY = JSON.stringify({ cniVersion: '0.4.0', name: 'lo-only', plugins: [{ type: 'loopback' }] });
 
 /** The kubelet's config on a systemd node: the systemd cgroup driver and the kubelet's own cgroup defaults (QoS cgroups, allocatable on pods). */
-export function systemdKubeletConfig(options: { port: number; healthzPort: number }): string {
+export function systemdKubeletConfig(options: { port: number; healthzPort: number; socket?: string }): string {
   return [
     'apiVersion: kubelet.config.k8s.io/v1beta1',
     'kind: KubeletConfiguration',
-    ...kubeletRuntimeSettings('/run/containerd/containerd.sock'),
+    ...kubeletRuntimeSettings(options.socket ?? '/run/containerd/containerd.sock'),
     'cgroupDriver: systemd',
     'failSwapOn: false',
     'address: 127.0.0.1',
@@ -169,11 +178,13 @@ function enable(root: string, unit: string): void {
 export async function bootSystemdKubeletNode(name: string, options: SystemdKubeletNodeOptions): Promise<SystemdKubeletNode> {
   const [port, healthzPort] = [await freePort(), await freePort()];
   const kubelet = fs.realpathSync(kubeBinary('kubelet'));
+  const runtime = options.runtime;
+  const deps = runtime ? `${runtime.unit}.service kubelet-prep.service` : 'containerd.service import-images.service kubelet-prep.service';
   const unit = [
     '[Unit]',
     `Description=kubelet ${KUBE_VERSION}`,
-    'Wants=containerd.service import-images.service kubelet-prep.service',
-    'After=containerd.service import-images.service kubelet-prep.service',
+    `Wants=${deps}`,
+    `After=${deps}`,
     '[Service]',
     `ExecStart=/usr/local/bin/kubelet ${kubeletArgs({
       kubeconfig: '/etc/kubernetes/kubelet.conf',
@@ -193,21 +204,22 @@ export async function bootSystemdKubeletNode(name: string, options: SystemdKubel
       const withSandbox = withSandboxImage(config, BUSYBOX_IMAGE);
       return options.containerdConfig ? options.containerdConfig(withSandbox) : withSandbox;
     },
-    nspawnArgs: [`--bind-ro=${kubelet}:/usr/local/bin/kubelet`, '--bind-ro=/dev/kmsg', '--capability=CAP_SYSLOG'],
+    nspawnArgs: [`--bind-ro=${kubelet}:/usr/local/bin/kubelet`, '--bind-ro=/dev/kmsg', '--capability=CAP_SYSLOG', ...options.nspawnArgs ?? []],
+    ...(runtime ? { runtimeReady: { argv: runtime.ready, unit: runtime.unit } } : {}),
     prepare: root => {
       put(root, '/usr/local/bin/kubelet', ''); // the bind mount's mount point
       put(root, '/etc/rcm-node/name', `${name}\n`);
       put(root, FAULT_HOOK_DROP_IN, FAULT_HOOK);
       put(root, '/etc/cni/net.d/10-lo-only.conflist', LO_ONLY);
       put(root, '/opt/cni/bin/loopback', fs.readFileSync('/usr/lib/cni/loopback'), 0o755);
-      put(root, '/var/lib/test-images/busybox.tar', fs.readFileSync(options.busyboxTarball));
+      if (!runtime) put(root, '/var/lib/test-images/busybox.tar', fs.readFileSync(options.busyboxTarball));
       put(root, '/usr/local/sbin/kubelet-prep', KUBELET_PREP, 0o755);
       put(root, '/etc/systemd/system/kubelet-prep.service', KUBELET_PREP_UNIT);
-      put(root, '/etc/systemd/system/import-images.service', IMPORT_IMAGES_UNIT);
+      if (!runtime) put(root, '/etc/systemd/system/import-images.service', IMPORT_IMAGES_UNIT);
       put(root, '/etc/kubernetes/kubelet.conf', nodeKubeconfig(options.controlPlane), 0o600);
-      put(root, '/var/lib/kubelet/config.yaml', systemdKubeletConfig({ port, healthzPort }));
+      put(root, '/var/lib/kubelet/config.yaml', systemdKubeletConfig({ port, healthzPort, socket: runtime?.socket }));
       put(root, '/etc/systemd/system/kubelet.service', unit);
-      for (const u of ['kubelet-prep.service', 'import-images.service', 'kubelet.service']) enable(root, u);
+      for (const u of ['kubelet-prep.service', ...(runtime ? [] : ['import-images.service']), 'kubelet.service']) enable(root, u);
       options.prepare?.(root);
     },
   };

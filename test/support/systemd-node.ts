@@ -103,6 +103,12 @@ export interface SystemdNodeOptions {
   readonly nspawnArgs?: string[];
   /** How long the boot may take, to containerd answering (default 90 s). */
   readonly bootTimeoutMs?: number;
+  /**
+   * The command in the node that succeeds once its runtime serves, and the runtime's unit (its
+   * journal goes in the boot's failure message): `ctr version` and containerd unless told (a
+   * CRI-O node: crictl against CRI-O's socket and crio, crio-node.ts).
+   */
+  readonly runtimeReady?: { readonly argv: string[]; readonly unit: string };
 }
 
 /** The root file system scripts/provision.sh debootstraps (systemd, dbus, containerd, runc). */
@@ -418,7 +424,10 @@ export async function bootSystemdNode(name: string, opts: SystemdNodeOptions = {
   const procs = cgroups.map(c => path.join(c, 'cgroup.procs'));
   const legacy = hierarchies.some(h => h.v1);
   const nspawn = ['systemd-nspawn', '-b', '-D', root, `--machine=${name}`, '--register=no', '--keep-unit',
-    '--console=read-only', '--system-call-filter=@keyring', ...opts.nspawnArgs ?? []];
+    // pidfd_*: systemd-nspawn 252's seccomp filter refuses them, and runc 1.2 and later signal a
+    // container's process through a pidfd: `runc kill` then returned 0 and killed nothing (pods
+    // never stopped on containerd 2.4 with runc 1.4.3). Real nodes have no such filter.
+    '--console=read-only', '--system-call-filter=@keyring pidfd_open pidfd_send_signal pidfd_getfd', ...opts.nspawnArgs ?? []];
   const log = path.join(dir, 'nspawn.log');
   const out = fs.openSync(log, 'a');
   // the shell moves itself into the node's cgroups, then becomes systemd-nspawn
@@ -464,9 +473,10 @@ export async function bootSystemdNode(name: string, opts: SystemdNodeOptions = {
       () => `node ${name} after daemon-reexec (is-system-running: ${systemState()}):\n${logTail()}`);
     const reexecMs = Date.now() - t1;
     // ctr waits for the socket to appear (10 s unless told)
-    await eventually(async () => tryExec(['ctr', '--connect-timeout', '2s', 'version']).code === 0, bootTimeoutMs,
-      () => `node ${name}: containerd does not answer: ${tryExec(['ctr', '--connect-timeout', '2s', 'version']).stderr}\n`
-        + `${tryExec(['journalctl', '-b', '-u', 'containerd', '--no-pager', '-n', '30']).stdout}\n${logTail()}`);
+    const ready = opts.runtimeReady ?? { argv: ['ctr', '--connect-timeout', '2s', 'version'], unit: 'containerd' };
+    await eventually(async () => tryExec(ready.argv).code === 0, bootTimeoutMs,
+      () => `node ${name}: ${ready.unit} does not answer: ${tryExec(ready.argv).stderr}\n`
+        + `${tryExec(['journalctl', '-b', '-u', ready.unit, '--no-pager', '-n', '30']).stdout}\n${logTail()}`);
     const bootMs = Date.now() - t0 - copyMs;
     return makeNode({ name, dir, root, pid, nspawnPid, cgroups, timings: { copyMs, bootMs, reexecMs }, exec, tryExec });
   } catch (e) {
