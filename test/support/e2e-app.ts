@@ -238,7 +238,9 @@ export function containerdConfig(): { file: string; dump: string } {
   const imported = fs.existsSync(dropIns) ? fs.readdirSync(dropIns).sort().map(f => fs.readFileSync(path.join(dropIns, f), 'utf8')) : [];
   return {
     file: [fs.readFileSync(config, 'utf8'), ...imported].join('\n'),
-    dump: execFileSync(stackBinary('containerd'), ['--config', config, 'config', 'dump'], { encoding: 'utf8' }),
+    // (containerd 2.x writes literal strings, 'like this': read as the basic strings 1.x wrote, so
+    // that the checks read alike on both; no value here holds a quote or a backslash)
+    dump: execFileSync(stackBinary('containerd'), ['--config', config, 'config', 'dump'], { encoding: 'utf8' }).replace(/'/g, '"'),
   };
 }
 

@@ -19,8 +19,8 @@ import { CONTAINERD_BINARIES, kubeBinary, STACK_BIN_DIR } from './tools';
 // install root and kubelet state. The nodes are shaped as in a mixed fleet:
 //
 // - "plain": a production-shaped node (systemd-kubelet-node.ts): PID 1 is a real systemd 252
-//   (systemd-nspawn, Debian bookworm), containerd 2.4 and runc 1.4 (built from the Go module
-//   proxy) installed over bookworm's under Debian's stock containerd.service (systemd's default
+//   (systemd-nspawn, Debian bookworm), containerd 2.4 (built from the Go module proxy)
+//   installed over bookworm's 1.6 (runc stays Debian's 1.1.5) under Debian's stock containerd.service (systemd's default
 //   start limit: 5 starts in 10 s), its config containerd 2.4's own `config default` (version 4)
 //   with runc's SystemdCgroup = true at /etc/containerd/config.toml, the kubelet as
 //   kubelet.service with `cgroupDriver: systemd`; its kubelet lists `status.runtimeHandlers`;

@@ -94,9 +94,9 @@ export interface SystemdNodeOptions {
   /** Lays out more files in the node's root before it boots (units, a kubelet's config, ...). */
   readonly prepare?: (root: string) => void;
   /**
-   * A folder with containerd, ctr and containerd-shim-runc-v2 (and runc, if it has one)
-   * installed over the root's Debian binaries before anything else, as a package upgrade
-   * would: Debian's unit stays, the config is the new containerd's own default.
+   * A folder with containerd, ctr and containerd-shim-runc-v2 installed over the root's Debian
+   * binaries before anything else, as a package upgrade would: Debian's unit and runc stay, the
+   * config is the new containerd's own default.
    */
   readonly containerdFrom?: string;
   /** More systemd-nspawn arguments (`--bind-ro=...`, `--capability=...`). */
@@ -170,16 +170,20 @@ function containerdConfig(root: string, more?: (config: string) => string): stri
   return more ? more(config) : config;
 }
 
-/** containerd (and runc) from `folder` over the root's Debian binaries (see SystemdNodeOptions.containerdFrom). */
+/**
+ * containerd from `folder` over the root's Debian binaries (see SystemdNodeOptions.containerdFrom).
+ * runc stays Debian's (1.1.5): with runc 1.4.3 under this test bed's systemd 252 (nspawn, cgroup
+ * v1) a privileged container's process was left out of its devices cgroup, which is where runc
+ * looks for the processes to signal: `runc kill` found none, returned 0, and such pods (the
+ * installer's among them) never stopped. The single-node suite runs runc 1.4.3 (cgroupfs).
+ */
 function installContainerd(root: string, folder: string): void {
   const targets: Record<string, string> = {
-    containerd: 'usr/bin/containerd', ctr: 'usr/bin/ctr', 'containerd-shim-runc-v2': 'usr/bin/containerd-shim-runc-v2', runc: 'usr/sbin/runc',
+    containerd: 'usr/bin/containerd', ctr: 'usr/bin/ctr', 'containerd-shim-runc-v2': 'usr/bin/containerd-shim-runc-v2',
   };
   for (const [binary, target] of Object.entries(targets)) {
-    const source = path.join(folder, binary);
-    if (binary === 'runc' && !fs.existsSync(source)) continue;
     fs.rmSync(path.join(root, target), { force: true });
-    fs.copyFileSync(source, path.join(root, target));
+    fs.copyFileSync(path.join(folder, binary), path.join(root, target));
     fs.chmodSync(path.join(root, target), 0o755);
   }
 }
