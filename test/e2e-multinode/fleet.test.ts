@@ -2,11 +2,10 @@ import * as fs from 'fs';
 import { ClientRequest } from 'http';
 import * as https from 'https';
 import * as path from 'path';
-import { parse } from 'smol-toml';
 import { Rollout, ShimConstructProps, ShimNodeLabels } from '../../src';
 import {
   addPayloadShim, applyApp, applyFile, Artifact, condition, containerdStarts, createPod, deleteWorkloads, diagnostics, fleet, getNode,
-  criRuntimeOf, handlerOf, handlersOf, NS, payloadShim, podWhen, publishShimPayload, runtimeOf, setUpFleet, SHIMS, sleep, step as fleetStep, synthFleetApp,
+  handlerOf, handlersOf, NS, payloadShim, podWhen, publishShimPayload, runtimeOf, setUpFleet, SHIMS, sleep, step as fleetStep, synthFleetApp,
   workloadPod,
 } from '../support/fleet-app';
 import { ArtifactServer } from '../support/installer-bundle';
@@ -678,8 +677,8 @@ step('scenario 6: a handler change across the fleet, applied with kubectl apply 
     const selected = !rc ? [] : (await api.get(`/api/v1/nodes?labelSelector=${encodeURIComponent(selector)}`)).items.map((n: any) => n.metadata.name);
     for (const name of selected) {
       const n = cluster.node(name);
-      const effective = parse(n.host.read(n.effectiveConfig)!) as any;
-      expect({ node: name, handler: rc.handler, present: criRuntimeOf(effective).containerd.runtimes[rc.handler] !== undefined })
+      // what containerd reads, drop-ins included (containerd 2.x: the handler is in an imported file)
+      expect({ node: name, handler: rc.handler, present: handlersOf(n.configDump())[rc.handler] !== undefined })
         .toEqual({ node: name, handler: rc.handler, present: true });
     }
     polls++;
@@ -1162,8 +1161,12 @@ step('health from the kubelet: on A (containerd 2.4, its kubelet lists runtime h
   // GIVEN A's kubelet lists the runtime handlers of its containerd; B's (containerd 1.7) and C's (1.6) list none
   expect((await getNode(A)).status.runtimeHandlers.map((h: any) => h.name)).toEqual(expect.arrayContaining(['runc']));
   for (const n of [B, C]) expect((await getNode(n)).status.runtimeHandlers ?? []).toEqual([]);
-  // AND A's containerd reads a config of the site's own (an admin's drop-in), not the file the installer edits
-  a.host.write('/etc/containerd/site.toml', a.host.read('/etc/containerd/config.toml')!);
+  // AND A's containerd reads a config of the site's own (an admin's unit drop-in), not the file the
+  // installer edits: containerd 2.4's defaults without the import of conf.d (where the installer
+  // writes the handler, the file it edits importing it)
+  const site = a.host.read('/etc/containerd/config.toml')!.replace(/^imports = \[.*\]$/m, 'imports = []');
+  expect(site).toMatch(/^imports = \[\]$/m);
+  a.host.write('/etc/containerd/site.toml', site);
   a.host.write(SITE_CONFIG_DROP_IN, '[Service]\nExecStart=\nExecStart=/usr/bin/containerd --config /etc/containerd/site.toml\n');
   a.host.run(['systemctl', 'daemon-reload']);
   a.host.systemctl('restart', 'containerd');

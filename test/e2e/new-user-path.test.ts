@@ -279,7 +279,8 @@ step('pods run under the Shim: the README\'s workload is placed on the node and 
     .find((p: any) => p.spec.runtimeClassName === runtimeClass && p.spec.nodeName === cluster.nodeName
       && p.metadata.name.startsWith(workloads[0].metadata.name)),
   120_000, diagnostics);
-  const startedWith = `Running pod ${podOfWorkload.metadata.name}_default(${podOfWorkload.metadata.uid}) with RuntimeHandler "${handler}"`;
+  // (the kubelet's structured log line, 1.34 to 1.37)
+  const startedWith = `"Running pod with runtime handler" pod="default/${podOfWorkload.metadata.name}" runtimeHandler="${handler}"`;
   await eventually(async () => cluster.kubelet.logTail(1_000_000).includes(startedWith), 120_000, diagnostics);
 
   // A pod of our own under the same RuntimeClass runs on the installed shim and succeeds.
