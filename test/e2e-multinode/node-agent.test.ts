@@ -60,8 +60,8 @@ function installedBinary(handler: string): string {
  * runtime_path to the task: containerd/containerd#8207).
  */
 function shimServing(n: ClusterNode, handler: string): string {
-  const minor = Number(/ v?1\.(\d+)\./.exec(n.host.run([n.containerd, '--version']))?.[1]);
-  return minor >= 7 ? installedBinary(handler)
+  const [major, minor] = (/ v?(\d+)\.(\d+)\./.exec(n.host.run([n.containerd, '--version'])) ?? []).slice(1).map(Number);
+  return major >= 2 || minor >= 7 ? installedBinary(handler)
     : n.host.run(['readlink', '-f', path.join(path.dirname(n.containerd), 'containerd-shim-runc-v2')]).trim();
 }
 

@@ -12,8 +12,8 @@ import {
 import { bindStrayControllersToV1 } from '../support/host-cgroups';
 import { eventually, Rest } from '../support/rest';
 import { SingleNodeCluster } from '../support/single-node-cluster';
-import { buildWasmImage, buildWasmPayload, WasmImage, WasmPayload } from '../support/wasm';
 import { PAYLOAD_RUNC_SHIM } from '../support/tools';
+import { buildWasmImage, buildWasmPayload, WasmImage, WasmPayload } from '../support/wasm';
 
 // Install mode NodeAgent on a real single-node cluster: the app synthesizes the controller with
 // --install-mode agent and the rcm-node-agent DaemonSet; the agent pod (the installer image)

@@ -11,8 +11,8 @@ import {
 import { bindStrayControllersToV1 } from '../support/host-cgroups';
 import { eventually, Rest } from '../support/rest';
 import { SingleNodeCluster } from '../support/single-node-cluster';
-import { buildWasmImage, buildWasmPayload, WasmImage, WasmPayload } from '../support/wasm';
 import { PAYLOAD_RUNC_SHIM } from '../support/tools';
+import { buildWasmImage, buildWasmPayload, WasmImage, WasmPayload } from '../support/wasm';
 
 // The whole loop on a real single-node cluster: cdk8s synth -> kubectl apply -> the
 // controller pod runs installer Jobs -> the installer edits containerd's config and restarts

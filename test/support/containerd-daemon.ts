@@ -130,8 +130,8 @@ export function containerdConfigFor(defaults: string, paths: { root: string; sta
     text = text
       .replace(/sandbox_image = (["'])[^"']*\1/, `sandbox_image = "${cri.sandboxImage}"`)
       .replace(/(\.pinned_images\][^[]*?sandbox = )(["'])[^"']*\2/, `$1"${cri.sandboxImage}"`)
-      .replace(inCni('conf_dir = ', `(["'])[^"']*\\2`), `$1"${cri.cniConfDir}"`)
-      .replace(inCni('bin_dir = ', `(["'])[^"']*\\2`), `$1"${cri.cniBinDir}"`)
+      .replace(inCni('conf_dir = ', '(["\'])[^"\']*\\2'), `$1"${cri.cniConfDir}"`)
+      .replace(inCni('bin_dir = ', '(["\'])[^"\']*\\2'), `$1"${cri.cniBinDir}"`)
       .replace(inCni('bin_dirs = ', '\\[[^\\]]*\\]'), `$1["${cri.cniBinDir}"]`);
   }
   return text;

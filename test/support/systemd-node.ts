@@ -179,7 +179,7 @@ function containerdConfig(root: string, more?: (config: string) => string): stri
  */
 function installContainerd(root: string, folder: string): void {
   const targets: Record<string, string> = {
-    containerd: 'usr/bin/containerd', ctr: 'usr/bin/ctr', 'containerd-shim-runc-v2': 'usr/bin/containerd-shim-runc-v2',
+    'containerd': 'usr/bin/containerd', 'ctr': 'usr/bin/ctr', 'containerd-shim-runc-v2': 'usr/bin/containerd-shim-runc-v2',
   };
   for (const [binary, target] of Object.entries(targets)) {
     fs.rmSync(path.join(root, target), { force: true });
