@@ -3,7 +3,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { ControlPlane, freePort, stopProcess } from './control-plane';
 import { tail, unmountBelow } from './files';
-import { KUBE_VERSION, kubeBinary, STACK_VERSIONS } from './tools';
+import { KUBE_VERSION, kubeBinary } from './tools';
 
 /** A kubelet that registers one node and runs its pods through a containerd's CRI. */
 export interface Kubelet {
@@ -137,5 +137,5 @@ export function printNodeInfo(cp: ControlPlane): void {
   const server = JSON.parse(cp.kubectl(['version', '-o', 'json'])).serverVersion?.gitVersion;
   const lines = nodes.map(n => `  ${n.metadata.name}: kubelet ${n.status.nodeInfo.kubeletVersion}, ${n.status.nodeInfo.containerRuntimeVersion}, `
     + `runtimeHandlers [${(n.status.runtimeHandlers ?? []).map((h: any) => JSON.stringify(h.name)).join(', ')}]`);
-  process.stdout.write(`control plane ${server} (test bed ${KUBE_VERSION}, containerd build ${STACK_VERSIONS.containerd}); nodes:\n${lines.join('\n')}\n`);
+  process.stdout.write(`control plane ${server} (test bed ${KUBE_VERSION}); nodes:\n${lines.join('\n')}\n`);
 }
