@@ -2,6 +2,7 @@ import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
+import { put } from './files';
 import { BUSYBOX_IMAGE } from './single-node-cluster';
 import { CACHE_DIR, stackBinary } from './tools';
 
@@ -222,14 +223,6 @@ Alias=cri-o.service
 `;
 
 const POLICY_JSON = JSON.stringify({ default: [{ type: 'insecureAcceptAnything' }] }, undefined, 2) + '\n';
-
-function put(root: string, file: string, data: string | Buffer, mode = 0o644): void {
-  const target = path.join(root, file);
-  fs.mkdirSync(path.dirname(target), { recursive: true });
-  fs.rmSync(target, { force: true });
-  fs.writeFileSync(target, data, { mode });
-  fs.chmodSync(target, mode);
-}
 
 /** The image name an OCI layout tarball of oci-image.ts carries (its index's `io.containerd.image.name`). */
 export function ociImageName(tarball: string): string {

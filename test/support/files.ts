@@ -1,5 +1,6 @@
 import { execFileSync } from 'child_process';
 import * as fs from 'fs';
+import * as path from 'path';
 
 /** The last `lines` lines of a log file (empty when it does not exist yet), for failure messages. */
 export function tail(file: string, lines: number): string {
@@ -23,4 +24,13 @@ export function unmountBelow(dir: string): void {
       // already gone with its parent
     }
   }
+}
+
+/** Writes `file` below a node's root file system `root` with `mode`, replacing what was there (a link too). */
+export function put(root: string, file: string, data: string | Buffer, mode = 0o644): void {
+  const target = path.join(root, file);
+  fs.mkdirSync(path.dirname(target), { recursive: true });
+  fs.rmSync(target, { force: true });
+  fs.writeFileSync(target, data, { mode });
+  fs.chmodSync(target, mode);
 }

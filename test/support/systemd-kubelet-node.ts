@@ -1,6 +1,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { ControlPlane, freePort } from './control-plane';
+import { put } from './files';
 import { kubeletArgs, kubeletRuntimeSettings } from './kubelet';
 import { BUSYBOX_IMAGE } from './single-node-cluster';
 import { bootSystemdNode, SystemdNode, SystemdNodeOptions } from './systemd-node';
@@ -154,14 +155,6 @@ function nodeKubeconfig(controlPlane: ControlPlane): string {
     'contexts: [{name: test, context: {cluster: test, user: admin}}]',
     'current-context: test', '',
   ].join('\n');
-}
-
-function put(root: string, file: string, data: string | Buffer, mode = 0o644): void {
-  const target = path.join(root, file);
-  fs.mkdirSync(path.dirname(target), { recursive: true });
-  fs.rmSync(target, { force: true });
-  fs.writeFileSync(target, data, { mode });
-  fs.chmodSync(target, mode);
 }
 
 function enable(root: string, unit: string): void {
