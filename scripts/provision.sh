@@ -12,6 +12,7 @@
 # systemd-container and debootstrap make the root file system of the test nodes that boot a
 # real systemd (test/support/systemd-node.ts), cached as node-rootfs-bookworm.
 # wabt's wat2wasm assembles the end-to-end suite's hand-written WASI modules (test/fixtures/wasm).
+# protobuf-compiler's protoc builds runwasi's containerd client bindings (test/fixtures/wasm-shim).
 #
 # Usage: scripts/provision.sh            (needs root for apt-get)
 # Env:   RCM_CACHE_DIR   where built binaries are cached (default ~/.cache/rcm)
@@ -24,7 +25,7 @@ KUBE_VERSIONS=(1.37.2 1.34.4)
 DEB_PACKAGES=(containerd runc containernetworking-plugins busybox-static openssl
   iproute2 util-linux curl ca-certificates file strace jq
   lua5.1 python3-build python3-setuptools python3-wheel golang-go wabt
-  libseccomp-dev pkg-config gcc skopeo)
+  libseccomp-dev pkg-config gcc skopeo protobuf-compiler)
 
 log() { printf '[provision] %s\n' "$*" >&2; }
 
@@ -91,6 +92,16 @@ build_crio() {
   t=$(date +%s)
   out=$(PATH="$gobin:$PATH" bash "$(dirname "$0")/stack/build-crio.sh")
   log "cri-o and conmon ready in $out ($(( $(date +%s) - t )) s)"
+}
+
+# runwasi's wasmtime shim (containerd-shim-wasmtime-v1), built from test/fixtures/wasm-shim with the
+# machine's cargo and crates.io (scripts/stack/build-wasm-shim.sh, cached by its sources' hash):
+# the Wasm shim of the end-to-end suites, installed from its release tarball as users install it.
+build_wasm_shim() {
+  local t out
+  t=$(date +%s)
+  out=$(bash "$(dirname "$0")/stack/build-wasm-shim.sh")
+  log "runwasi's wasmtime shim ready in $out ($(( $(date +%s) - t )) s)"
 }
 
 # containerd 1.7 (trixie) and 2.1 (sid) binaries for the config oracle tests: downloaded with
@@ -229,6 +240,7 @@ main() {
   phase apt_install $(missing_packages "${DEB_PACKAGES[@]}")
   phase build_stack
   phase build_crio
+  phase build_wasm_shim
   phase fetch_containerd_suite trixie
   phase fetch_containerd_suite sid
   phase fetch_node24

@@ -10,6 +10,7 @@ import {
 } from '../support/fleet-app';
 import { ArtifactServer } from '../support/installer-bundle';
 import { K3S_TEMPLATE, MultiNodeCluster } from '../support/multi-node-cluster';
+import { nodeStatesDuring } from '../support/node-watch';
 import { INSTALLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
 import { buildWasmImage, buildWasmPayload, WASM_VARIANT_ANNOTATION } from '../support/wasm';
@@ -1118,37 +1119,8 @@ step('WebAssembly under crun with WasmEdge on the nodes that boot systemd: a mod
 
 /** Every value a node's label took while `during` ran (a watch of the Node: no state missed between polls). */
 async function labelValuesDuring(node: string, key: string, during: () => Promise<void>): Promise<Set<string | undefined>> {
-  const cp = cluster.controlPlane;
-  const seen = new Set<string | undefined>();
-  const initial = await getNode(node);
-  seen.add(initial.metadata.labels[key]);
-  const url = new URL(`/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D${node}&resourceVersion=${initial.metadata.resourceVersion}`, cp.server);
-  let broken: string | undefined;
-  let stopped = false;
-  const req = https.get(url, { ca: fs.readFileSync(cp.caFile), headers: { Authorization: `Bearer ${cp.adminToken}` }, agent: false }, res => {
-    let buffer = '';
-    res.on('data', chunk => {
-      buffer += chunk;
-      for (let i = buffer.indexOf('\n'); i >= 0; i = buffer.indexOf('\n')) {
-        const event = JSON.parse(buffer.slice(0, i));
-        buffer = buffer.slice(i + 1);
-        if (event.type === 'ERROR') broken = JSON.stringify(event.object);
-        else seen.add(event.object.metadata.labels?.[key]);
-      }
-    });
-    res.on('end', () => {
-      if (!stopped) broken = 'the watch ended early';
-    });
-  });
-  req.on('error', e => void (broken = e.message));
-  try {
-    await during();
-  } finally {
-    stopped = true;
-    req.destroy();
-  }
-  if (broken) throw new Error(`the watch of node ${node} broke: ${broken}`);
-  return seen;
+  const states = await nodeStatesDuring(cluster.controlPlane, node, during);
+  return new Set(states.map(n => n.metadata.labels?.[key]));
 }
 
 const UNLISTED = 'unlisted';
