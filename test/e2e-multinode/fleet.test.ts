@@ -13,7 +13,7 @@ import { K3S_TEMPLATE, MultiNodeCluster } from '../support/multi-node-cluster';
 import { nodeStatesDuring } from '../support/node-watch';
 import { INSTALLER_IMAGE } from '../support/product-images';
 import { eventually, Rest } from '../support/rest';
-import { buildWasmImage, buildWasmPayload, WASM_VARIANT_ANNOTATION } from '../support/wasm';
+import { buildWasmImage, buildWasmPayload, packShimRelease, SHIM_RELEASES, ShimRelease, WASM_VARIANT_ANNOTATION } from '../support/wasm';
 
 // The product on a fleet: three real kubelets (tools.ts: KUBE_VERSION) on this machine, one control plane, each
 // node with its own containerd. Two nodes are production-shaped: PID 1 is a real systemd
@@ -1115,6 +1115,112 @@ step('WebAssembly under crun with WasmEdge on the nodes that boot systemd: a mod
   }
 }, () => {
   for (const n of cluster.nodes) label(n.name, WASM_LABEL, null);
+});
+
+// ---- runwasi's wasmtime shim (containerd-shim-wasmtime-v1, built from crates.io by provisioning) on every node
+
+const RUNWASI = 'wasmtime';
+const RUNWASI_SPIN = 'spin-v2';
+const RUNWASI_SPIN_CLASS = 'wasmtime-spin-v2';
+const RUNWASI_LABEL = 'e2e.rcm.dev/runwasi';
+const TICK_LINE = 'tick.wasm: tick';
+
+/** A pod running an image's entrypoint (a WASI module) under `runtimeClassName` on `nodeName`: no annotation, the shim runs the module itself. */
+function runwasiPod(name: string, image: string, runtimeClassName: string, nodeName: string): object {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default', labels: { 'e2e.rcm.dev/workload': 'true' } },
+    spec: {
+      hostNetwork: true,
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: 1,
+      runtimeClassName,
+      nodeName,
+      containers: [{ name: 'main', image, imagePullPolicy: 'IfNotPresent' }],
+    },
+  };
+}
+
+step('runwasi\'s wasmtime shim from its release tarball on every node (A containerd 2.4, B 1.7, C k3s-shaped 1.6): a WASI module runs on each, a long-running one keeps running through the Spin-shaped Shim\'s wave, and uninstall leaves each node\'s config as it started', async () => {
+  // GIVEN the two release tarballs over HTTP (the Spin-shaped one holds the same shim as containerd-shim-spin-v2), the modules' images, every node selected
+  const wasmtime = await packShimRelease(work, SHIM_RELEASES.wasmtime);
+  const spin = await packShimRelease(work, SHIM_RELEASES.spinStandIn);
+  const [hello, tick] = [await buildWasmImage('hello', work), await buildWasmImage('tick', work)];
+  cluster.importImage(hello.tarball);
+  cluster.importImage(tick.tarball);
+  for (const n of cluster.nodes) label(n.name, RUNWASI_LABEL, 'true');
+  const shim = (name: string, runtimeClassName: string, release: ShimRelease): AppShim => ({
+    name,
+    version: name,
+    selector: { [RUNWASI_LABEL]: 'true' },
+    props: {
+      handler: name,
+      runtimeClassName,
+      location: server.put(path.basename(release.file), fs.readFileSync(release.file)),
+      sha256: release.sha256,
+      allowInsecureHttp: true,
+      rollout: Rollout.recreate(),
+    },
+  });
+  const wasmtimeShim = shim(RUNWASI, RUNWASI, wasmtime);
+  const binary = (handler: string, release: ShimRelease) => `/opt/rcm/shims/${handler}/${release.sha256.slice(0, 16)}/${release.binary}`;
+  // WHEN the wasmtime Shim is applied
+  apply([wasmtimeShim]);
+  await shimReady(RUNWASI, cluster.nodes.length);
+  // THEN every node's containerd serves handler wasmtime with the installed binary, and runs hello.wasm under it
+  for (const n of cluster.nodes) {
+    const served = handlersOf(n.configDump())[RUNWASI]?.runtime_type;
+    expect({ node: n.name, runtime_type: served }).toEqual({ node: n.name, runtime_type: binary(RUNWASI, wasmtime) });
+    await createPod(runwasiPod(`runwasi-hello-${n.name}`, hello.reference, RUNWASI, n.name));
+  }
+  for (const n of cluster.nodes) {
+    const done = await podWhen(`runwasi-hello-${n.name}`, ['Succeeded', 'Failed']);
+    expect({ node: n.name, phase: done.status.phase, log: logText(done) }).toEqual({ node: n.name, phase: 'Succeeded', log: [HELLO_LINE] });
+  }
+  // WHEN tick.wasm runs on every node (a line a second, until it is stopped) and the Spin-shaped Shim rolls out beside it
+  for (const n of cluster.nodes) await createPod(runwasiPod(`runwasi-tick-${n.name}`, tick.reference, RUNWASI, n.name));
+  const ticking: Record<string, any> = {};
+  for (const n of cluster.nodes) {
+    ticking[n.name] = await podWhen(`runwasi-tick-${n.name}`, ['Running', 'Succeeded', 'Failed']);
+    expect({ node: n.name, phase: ticking[n.name].status.phase }).toEqual({ node: n.name, phase: 'Running' });
+    await eventually(async () => logText(ticking[n.name]).includes(TICK_LINE), 30_000, diagnostics);
+  }
+  const since = Date.now();
+  apply([wasmtimeShim, shim(RUNWASI_SPIN, RUNWASI_SPIN_CLASS, spin)]);
+  await shimReady(RUNWASI_SPIN, cluster.nodes.length);
+  const after = Date.now();
+  // THEN containerd was restarted on every node, and every ticking pod kept its container and kept writing after it
+  for (const n of cluster.nodes) {
+    expect({ node: n.name, restarted: containerdStarts(n, since).length > 0 }).toEqual({ node: n.name, restarted: true });
+    await eventually(async () => containerLog(ticking[n.name]).some(l => l.time > after), 30_000, diagnostics);
+    const still = await api.get(`/api/v1/namespaces/default/pods/runwasi-tick-${n.name}`);
+    const { containerID } = ticking[n.name].status.containerStatuses[0];
+    const { restartCount, containerID: now } = still.status.containerStatuses[0];
+    expect({ node: n.name, phase: still.status.phase, restartCount, containerID: now }).toEqual({ node: n.name, phase: 'Running', restartCount: 0, containerID });
+    // AND a pod under RuntimeClass wasmtime-spin-v2 runs the module under the binary named as Spin's
+    const spinServed = handlersOf(n.configDump())[RUNWASI_SPIN]?.runtime_type;
+    expect({ node: n.name, runtime_type: spinServed }).toEqual({ node: n.name, runtime_type: binary(RUNWASI_SPIN, spin) });
+    await createPod(runwasiPod(`runwasi-spin-${n.name}`, hello.reference, RUNWASI_SPIN_CLASS, n.name));
+  }
+  for (const n of cluster.nodes) {
+    const done = await podWhen(`runwasi-spin-${n.name}`, ['Succeeded', 'Failed']);
+    expect({ node: n.name, phase: done.status.phase, log: logText(done) }).toEqual({ node: n.name, phase: 'Succeeded', log: [HELLO_LINE] });
+  }
+  await deleteWorkloads();
+
+  // WHEN both Shims are deleted THEN they are uninstalled everywhere: no label of theirs, each node's effective config as it started
+  cluster.controlPlane.kubectl(['delete', 'shim', RUNWASI, RUNWASI_SPIN, '--wait=false']);
+  await eventually(async () => (await api.get(SHIMS)).items.length === 0, 240_000, diagnostics);
+  for (const name of [RUNWASI, RUNWASI_SPIN_CLASS]) {
+    await eventually(async () => api.get(`/apis/node.k8s.io/v1/runtimeclasses/${name}`).then(() => false, (e: any) => e.code === 404), 60_000, diagnostics);
+  }
+  for (const n of cluster.nodes) {
+    expect({ node: n.name, sameConfig: n.configDump() === start[n.name].dump }).toEqual({ node: n.name, sameConfig: true });
+    expect(Object.keys((await getNode(n.name)).metadata.labels).filter(k => k.includes('shim.runtime.spinkube.dev'))).toEqual([]);
+  }
+}, () => {
+  for (const n of cluster.nodes) label(n.name, RUNWASI_LABEL, null);
 });
 
 /** Every value a node's label took while `during` ran (a watch of the Node: no state missed between polls). */
