@@ -7,13 +7,13 @@ import {
   AppShim, AppWorkloads, apply, applyObject, applyShimAlone, bed, buildCrunPayload, buildGvisorPayload, condition, containerdConfig,
   containerLog, CRUN_PAYLOAD, deletePod, diagnostics, expectGvisorInstalled, expectHelloWasmRan, expectPodInsideGvisor, expectPodUnderCrun,
   expectWasmInstalled, getShim, gone, GVISOR_PAYLOAD, importPayloadImage, listTree, LogLine, nodeAnnotations, nodeLabels, NS, Payload, pod,
-  podWhen, readyOnTheNode, setUpE2eBed, sha256, SHIMS, step, underShim, WASM_RUNTIME,
+  podWhen, readyOnTheNode, setUpE2eBed, sha256, SHIMS, step, underShim, WASM_RUNTIME, wasmPod, logText, runtimeOf, HELLO_LINE,
 } from '../support/e2e-app';
 import { bindStrayControllersToV1 } from '../support/host-cgroups';
 import { eventually, Rest } from '../support/rest';
 import { SingleNodeCluster } from '../support/single-node-cluster';
 import { PAYLOAD_RUNC_SHIM } from '../support/tools';
-import { buildWasmImage, buildWasmPayload, WasmImage, WasmPayload } from '../support/wasm';
+import { buildWasmImage, buildWasmPayload, packShimRelease, SHIM_RELEASES, WasmImage, WasmPayload } from '../support/wasm';
 
 // Install mode NodeAgent on a real single-node cluster: the app synthesizes the controller with
 // --install-mode agent and the rcm-node-agent DaemonSet; the agent pod (the installer image)
@@ -166,6 +166,7 @@ const GVISOR = 'agent-gvisor';
 const CRUN = 'agent-crun';
 const WASM = 'agent-wasm';
 const IMAGE = 'agent-gvisor-image';
+const RUNWASI = 'wasmtime';
 let gvisor: Payload;
 let wasmPayload: WasmPayload;
 let helloImage: WasmImage;
@@ -219,6 +220,24 @@ step('crun with WasmEdge (168 MiB unpacked), installed by the agent: hello.wasm 
   // THEN the pod carries both, and the module ran to its end with its line in the log
   expectHelloWasmRan(await podWhen('agent-wasm-hello', ['Succeeded', 'Failed'], 120_000), WASM);
   await deletePod('agent-wasm-hello');
+});
+
+step('runwasi\'s wasmtime shim from its release tarball, installed by the agent: hello.wasm runs under RuntimeClass wasmtime, no annotation needed', async () => {
+  // GIVEN runwasi's shim packed as its release asset (containerd-shim-wasmtime-v1 at the top of the tarball)
+  const release = await packShimRelease(path.join(bed().work, 'www'), SHIM_RELEASES.wasmtime);
+  payloadShims = { ...payloadShims, [RUNWASI]: { location: `${bed().artifactBase}/${SHIM_RELEASES.wasmtime.tarball}`, sha256: release.sha256 } };
+  // WHEN the app adds the Shim
+  applyApp(true);
+  await readyOnTheNode(RUNWASI);
+  await expectDoneByTheAgent('install', RUNWASI);
+  // THEN containerd serves the handler with the installed binary, and a plain pod of its RuntimeClass runs the module under it
+  const binary = path.join(installRoot, 'shims', RUNWASI, release.sha256.slice(0, 16), release.binary);
+  expect(sha256(fs.readFileSync(binary))).toBe(release.binarySha256);
+  expect(containerdConfig().dump).toContain(`runtime_type = "${binary}"`);
+  applyObject(wasmPod('agent-wasmtime-hello', helloImage.reference, { runtimeClassName: RUNWASI }));
+  const done = await podWhen('agent-wasmtime-hello', ['Succeeded', 'Failed'], 120_000);
+  expect({ phase: done.status.phase, log: logText(done), runtime: runtimeOf(done) }).toEqual({ phase: 'Succeeded', log: [HELLO_LINE], runtime: binary });
+  await deletePod('agent-wasmtime-hello');
 });
 
 step('an artifact in an image is refused in install mode NodeAgent: the Shim is invalid at once, and nothing changes on the node', async () => {
