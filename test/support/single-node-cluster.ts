@@ -57,6 +57,31 @@ function killAllTasks(containerd: ContainerdDaemon): void {
   }
 }
 
+/**
+ * Kills every process still running a binary from the bed's folder (a shim the installer put
+ * under its install root). containerd forgets some shims without stopping them: a runwasi shim
+ * it took for leaked after a restart (it implements no Task.Pids), whose process stays; and
+ * runwasi's shims do not exit when their pod's sandbox ends with the cluster (runwasi#703). Left
+ * running, they would outlive this bed into the next suite's.
+ */
+function killStrayShims(dir: string): void {
+  for (const pid of fs.readdirSync('/proc').filter(p => /^\d+$/.test(p))) {
+    let exe: string;
+    try {
+      exe = fs.readlinkSync(`/proc/${pid}/exe`);
+    } catch {
+      continue;
+    }
+    if (exe.startsWith(`${dir}/`)) {
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {
+        // it ended meanwhile
+      }
+    }
+  }
+}
+
 export async function startSingleNodeCluster(nodeName = 'rcm-e2e-node'): Promise<SingleNodeCluster> {
   if (process.getuid?.() !== 0) throw new Error('the single-node cluster needs root (containerd and the kubelet run as root)');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rcm-e2e-'));
@@ -111,6 +136,7 @@ export async function startSingleNodeCluster(nodeName = 'rcm-e2e-node'): Promise
       }
       await kubelet.stop();
       killAllTasks(containerd);
+      killStrayShims(dir);
     });
 
     printNodeInfo(controlPlane);
