@@ -86,16 +86,17 @@ export function detectConfigVersion(text: string, containerdMajor?: number): Con
 
 /**
  * Whether adding a handler must also write out containerd's default runtimes: containerd
- * 1.x replaces its default runtimes map as soon as the file declares any runtime (2.x
- * merges). A k3s/rke2 template's base already renders the defaults.
+ * 1.x replaces its default runtimes map as soon as the config declares any runtime (2.x
+ * merges). `effective` is the text containerd reads: for a k3s/rke2 template the rendered
+ * config.toml, never the template, since what its `{{ template "base" . }}` renders may or
+ * may not declare runc (k3s's own base does; a minimal base of `version = 2` does not).
  */
-export function needsDefaultRuntimes(text: string, version: ConfigVersion, containerdMajor: number | undefined): boolean {
+export function needsDefaultRuntimes(effective: string, version: ConfigVersion, containerdMajor: number | undefined): boolean {
   if (containerdMajor !== undefined && containerdMajor >= 2) return false;
-  if (hasBaseTemplate(text)) return false;
-  return lookup(parseConfig(text), RUNTIMES_PATH[version]) === undefined;
+  return lookup(parseConfig(effective), RUNTIMES_PATH[version]) === undefined;
 }
 
-function hasBaseTemplate(text: string): boolean {
+export function hasBaseTemplate(text: string): boolean {
   return /\{\{\s*template\s+"base"/.test(text);
 }
 

@@ -6,7 +6,7 @@ import { isShimEntry, scanArchive, treeDigest, treeFiles, unpackPayload, unpackS
 import { ChangeSets, isPending, Pending } from './change-set';
 import {
   addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
-  handlerBinary, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
+  handlerBinary, hasBaseTemplate, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
 import { ContainerdRestart } from './containerd-restart';
 import { CrioChange, CrioContext, crioDropInMissing, CrioRestart, crioVersion } from './crio-node';
@@ -567,10 +567,10 @@ export class Installer {
     binary: string, payloadDir: string | undefined, timed: boolean): Promise<EditPlan> {
     const o = this.o;
     const current = original ?? await this.initialConfig(layout);
-    const rendered = layout.template && fs.existsSync(onHost(o, layout.effectiveConfig)) ? fs.readFileSync(onHost(o, layout.effectiveConfig), 'utf8') : current;
-    const configVersion = layout.dropInVersion ?? detectConfigVersion(layout.template ? rendered : current, major);
+    const rendered = layout.template ? this.renderedConfig(layout, current, major) : current;
+    const configVersion = layout.dropInVersion ?? detectConfigVersion(rendered, major);
     checkVersionSupported(configVersion, major, this.containerdMinor);
-    const defaults = needsDefaultRuntimes(current, configVersion, major) ? await this.defaultRuntimes() : undefined;
+    const defaults = needsDefaultRuntimes(rendered, configVersion, major) ? await this.defaultRuntimes() : undefined;
     // The handler's pods use the node's cgroup driver unless the Shim's options say otherwise.
     const effectiveFile = onHost(o, layout.effectiveConfig);
     const effectiveText = layout.effectiveConfig !== layout.config && fs.existsSync(effectiveFile) ? fs.readFileSync(effectiveFile, 'utf8') : current;
@@ -871,6 +871,20 @@ export class Installer {
     // says {{ template "base" . }}. A template that copied today's rendering would freeze it:
     // k3s upgrades would never change the node's base config again.
     return layout.template ? BASE_TEMPLATE : '';
+  }
+
+  /**
+   * The config k3s/rke2 rendered from the template: what containerd reads, base included. Without
+   * it, on containerd 1.x, whether the base declares runc (so whether it must be written out) is unknown.
+   */
+  private renderedConfig(layout: DistroLayout, template: string, major: number | undefined): string {
+    const file = onHost(this.o, layout.effectiveConfig);
+    if (fs.existsSync(file)) return fs.readFileSync(file, 'utf8');
+    if (hasBaseTemplate(template) && !(major !== undefined && major >= 2)) {
+      throw new ConfigError(`${layout.effectiveConfig} is missing: what the template's base renders (containerd's default runtimes or not) `
+        + `cannot be read; start ${layout.distro} once so that it renders its config, and retry`);
+    }
+    return template;
   }
 
   private async defaultRuntimes(): Promise<Record<string, any> | undefined> {

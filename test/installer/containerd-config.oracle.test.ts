@@ -69,7 +69,7 @@ describe.each(cases)('$label', ({ containerd, original, version }) => {
     const before = parse(dump(containerd.binary, effective(original)));
 
     // WHEN the handler is added
-    const defaults = needsDefaultRuntimes(original, version, containerd.major) ? defaultRuntimesOf(defaultConfig) : undefined;
+    const defaults = needsDefaultRuntimes(effective(original), version, containerd.major) ? defaultRuntimesOf(defaultConfig) : undefined;
     const { text: installed, ...edit } = addRuntime(original, version, ENTRY, defaults);
     const after = parse(dump(containerd.binary, effective(installed)));
 

@@ -1,12 +1,12 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { parse } from 'smol-toml';
-import { containerdBaseConfig, FakeHost } from '../support/fake-host';
+import { containerdBaseConfig, FakeHost, HostEntry } from '../support/fake-host';
 import { installerBench } from '../support/installer-bench';
 import { runBundle } from '../support/installer-bundle';
 import { renderK3sConfig } from '../support/k3s';
 import { eventually } from '../support/rest';
-import { CONTAINERD_BINARIES } from '../support/tools';
+import { CONTAINERD_BINARIES, stackBinary } from '../support/tools';
 
 // The distributions' own layouts, with containerd only where each distribution keeps it
 // (never on the host's PATH), in a fake host: a mount namespace pivoted into a folder, whose
@@ -49,12 +49,12 @@ type Rancher = typeof RANCHER.k3s;
  * {{ template "base" . }}, or from the base alone without a template; then run containerd,
  * and again when it exits.
  */
-function rancherInit(d: Rancher, template: string): string {
+function rancherInit(d: Rancher, template: string, flags = ''): string {
   return `
     D=${d.etc}
     while true; do
       ${renderK3sConfig('$D', template, '$D/base.toml')}
-      ${d.bin}/containerd --config $D/config.toml >> /var/log/containerd.log 2>&1 &
+      ${d.bin}/containerd --config $D/config.toml ${flags}>> /var/log/containerd.log 2>&1 &
       echo $! > /run/rancher-containerd.pid
       wait $!
       sleep 0.2
@@ -64,18 +64,43 @@ function rancherInit(d: Rancher, template: string): string {
 /** `systemctl restart k3s`, as the test's host has no systemd: returns once the old containerd is gone. */
 const RESTART = 'old=$(cat /run/rancher-containerd.pid); kill $old; while kill -0 $old 2>/dev/null; do sleep 0.05; done';
 
+const templateOf = (major: number) => (major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl');
+
 async function rancherHost(d: Rancher, containerd: { major: number; binary: string }, baseImports?: string): Promise<FakeHost> {
-  const bin = path.dirname(containerd.binary);
   const host = await bench.startHost({
-    [`${d.data.slice(1)}/bin/containerd`]: { copy: path.join(bin, 'containerd') },
-    [`${d.data.slice(1)}/bin/ctr`]: { copy: path.join(bin, 'ctr') },
-    [d.link[0]]: { link: d.link[1] },
+    ...rancherFiles(d, containerd.binary),
     [`${d.etc.slice(1)}/base.toml`]: containerdBaseConfig(containerd.binary, {
       root: d.etc.replace('/etc/containerd', '/containerd'), state: path.dirname(d.socket), socket: d.socket,
     }).replace(/^imports = \[\]$/m, baseImports ? `imports = ['${baseImports}']` : '$&'),
+  }, rancherInit(d, templateOf(containerd.major)));
+  await serving(host, d);
+  return host;
+}
+
+/** The distribution's containerd and ctr in its data folder, its unit, a log folder. */
+function rancherFiles(d: Rancher, binary: string): Record<string, HostEntry> {
+  const bin = path.dirname(binary);
+  return {
+    [`${d.data.slice(1)}/bin/containerd`]: { copy: path.join(bin, 'containerd') },
+    [`${d.data.slice(1)}/bin/ctr`]: { copy: path.join(bin, 'ctr') },
+    [d.link[0]]: { link: d.link[1] },
     [`etc/systemd/system/${d.unit}.service`]: '',
     'var/log/.keep': '',
-  }, rancherInit(d, containerd.major >= 2 ? 'config-v3.toml.tmpl' : 'config.toml.tmpl'));
+  };
+}
+
+/**
+ * upstream runtime-class-manager's k3s and rke2 fixtures: a base that renders `version = 2`
+ * and nothing else, a template of `{{ template "base" . }}` alone. Paths and socket come from
+ * containerd's flags, as k3s passes them (-a, --root, --state), not from the config.
+ */
+async function minimalBaseHost(d: Rancher, containerd: { major: number; binary: string }): Promise<FakeHost> {
+  const flags = `--address ${d.socket} --root ${d.etc.replace('/etc/containerd', '/containerd')} --state ${path.dirname(d.socket)} `;
+  const host = await bench.startHost({
+    ...rancherFiles(d, containerd.binary),
+    [`${d.etc.slice(1)}/base.toml`]: 'version = 2\n',
+    [`${d.etc.slice(1)}/${templateOf(containerd.major)}`]: '{{ template "base" . }}\n',
+  }, rancherInit(d, templateOf(containerd.major), flags));
   await serving(host, d);
   return host;
 }
@@ -178,6 +203,57 @@ test('k3s whose base imports a drop-in folder (containerd 2.1): a drop-in there,
   expect(fs.readdirSync(path.join(host.root, d.etc)).sort()).toEqual(['base.toml', 'config.toml']);
   expect(effectiveHandler(host, d, 'rcmtest')).toBeUndefined();
 }, 120_000);
+
+/** containerd's own effective config of the rendered config.toml (`config dump`), parsed. */
+function dumpOf(host: FakeHost, d: Rancher): any {
+  return parse(host.run([`${d.bin}/containerd`, '--config', `${d.etc}/config.toml`, 'config', 'dump']));
+}
+
+/** A dump without `handler` in either schema's runtimes table. */
+function withoutHandler(dumped: any, handler: string): any {
+  const copy = structuredClone(dumped);
+  for (const plugin of ['io.containerd.grpc.v1.cri', 'io.containerd.cri.v1.runtime']) delete copy.plugins?.[plugin]?.containerd?.runtimes?.[handler];
+  return copy;
+}
+
+const MINIMAL_BASE_CASES = [
+  { distro: 'k3s' as const, ...CONTAINERD_BINARIES.find(c => c.version === '1.6')! },
+  { distro: 'rke2' as const, ...CONTAINERD_BINARIES.find(c => c.version === '1.7')! },
+  { distro: 'k3s' as const, ...CONTAINERD_BINARIES.find(c => c.version === '2.1')! },
+  { distro: 'k3s' as const, version: '2.4', major: 2, binary: stackBinary('containerd') },
+];
+
+describe.each(MINIMAL_BASE_CASES)('$distro on upstream\'s minimal base (a rendered `version = 2` alone), containerd $version', ({ distro, ...containerd }) => {
+  test('containerd\'s dump after install differs by the handler alone (runc kept), after uninstall by nothing', async () => {
+    // GIVEN the node as upstream's fixtures have it: the template holds the base directive alone
+    const d = RANCHER[distro];
+    const host = await minimalBaseHost(d, containerd);
+    const templateFile = run(host, `${d.etc}/${templateOf(containerd.major)}`);
+    const template = fs.readFileSync(templateFile, 'utf8');
+    expect(fs.readFileSync(run(host, `${d.etc}/config.toml`), 'utf8')).toBe('version = 2\n');
+    const before = dumpOf(host, d);
+    const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--restart=command', `--restart-command=${RESTART}`,
+      '--retries=0', '--health-timeout=30'];
+
+    // WHEN the shim is installed
+    const install = await runBundle(bundle, 'install', [...args, `--location=${bench.shim.url}`]);
+
+    // THEN containerd's own dump differs by the handler alone: on 1.x the written-out defaults keep runc
+    expect(install.stderr).not.toMatch(/ERROR/);
+    expect(install.code).toBe(0);
+    await serving(host, d);
+    const after = dumpOf(host, d);
+    expect(effectiveHandler(host, d, 'rcmtest')).toMatchObject({ runtime_type: install.result.paths.binary });
+    expect(withoutHandler(after, 'rcmtest')).toEqual(before);
+
+    // WHEN it is uninstalled THEN the template is what it was, and the dump is the one before
+    const uninstall = await runBundle(bundle, 'uninstall', args);
+    expect(uninstall.code).toBe(0);
+    await serving(host, d);
+    expect(fs.readFileSync(templateFile, 'utf8')).toBe(template);
+    expect(dumpOf(host, d)).toEqual(before);
+  }, 120_000);
+});
 
 test('k0s: containerd only in /var/lib/k0s/bin; the drop-in is written in the schema of that containerd', async () => {
   // GIVEN a k0s node (k0s reloads its drop-in folder itself: no restart)
