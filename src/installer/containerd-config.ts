@@ -96,6 +96,19 @@ export function needsDefaultRuntimes(effective: string, version: ConfigVersion, 
   return lookup(parseConfig(effective), RUNTIMES_PATH[version]) === undefined;
 }
 
+/**
+ * Refuses to edit a drop-in that declares a schema version other than that of the root
+ * config importing it: a drop-in newer than its root stops containerd builds that check it
+ * ("drop-in config version 4 higher than root config version 2", containerd#12891), and one
+ * of another version would hold the handler at a plugin path the root's schema may not use.
+ */
+export function checkDropInVersion(dropIn: string, rootVersion: ConfigVersion, file: string): void {
+  const declared = parseConfig(dropIn, file).version;
+  if (declared === undefined || declared === rootVersion) return;
+  throw new ConfigError(`${file} declares config version ${JSON.stringify(declared)} but the root config importing it declares ${rootVersion}: `
+    + 'containerd refuses a drop-in newer than its root; remove the drop-in (uninstall), or align the versions, and retry');
+}
+
 export function hasBaseTemplate(text: string): boolean {
   return /\{\{\s*template\s+"base"/.test(text);
 }

@@ -5,7 +5,7 @@ import * as path from 'path';
 import { isShimEntry, scanArchive, treeDigest, treeFiles, unpackPayload, unpackShim } from './artifact';
 import { ChangeSets, isPending, Pending } from './change-set';
 import {
-  addRuntime, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
+  addRuntime, checkDropInVersion, checkVersionSupported, ConfigError, ConfigVersion, defaultRuntimesOf, detectConfigVersion, EditRecord,
   handlerBinary, hasBaseTemplate, inheritedCgroupOption, needsDefaultRuntimes, parseConfig, removeRuntime,
 } from './containerd-config';
 import { ContainerdRestart } from './containerd-restart';
@@ -570,6 +570,7 @@ export class Installer {
     const rendered = layout.template ? this.renderedConfig(layout, current, major) : current;
     const configVersion = layout.dropInVersion ?? detectConfigVersion(rendered, major);
     checkVersionSupported(configVersion, major, this.containerdMinor);
+    if (layout.dropInVersion !== undefined) checkDropInVersion(current, layout.dropInVersion, layout.config);
     const defaults = needsDefaultRuntimes(rendered, configVersion, major) ? await this.defaultRuntimes() : undefined;
     // The handler's pods use the node's cgroup driver unless the Shim's options say otherwise.
     const effectiveFile = onHost(o, layout.effectiveConfig);
