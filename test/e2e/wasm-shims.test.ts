@@ -8,7 +8,7 @@ import {
 import { nodeStatesDuring } from '../support/node-watch';
 import { eventually, Rest } from '../support/rest';
 import { SingleNodeCluster } from '../support/single-node-cluster';
-import { buildWasmImage, packShimRelease, SHIM_RELEASES, ShimRelease, upstreamShimManifest, WasmImage } from '../support/wasm';
+import { buildWasmArtifact, buildWasmImage, packShimRelease, SHIM_RELEASES, ShimRelease, upstreamShimManifest, WasmImage } from '../support/wasm';
 
 // Wasm the way SpinKube and kwasm run it, on the single-node cluster (kubelet 1.37, containerd
 // 2.4, install mode Jobs): runwasi's wasmtime shim (containerd-shim-wasmtime-v1, built from
@@ -90,6 +90,19 @@ step('runwasi\'s wasmtime shim, applied as the upstream sample\'s Shim (its rele
   expect(containerdConfig().dump).toMatch(new RegExp(`runtimes\\.${WASMTIME}\\]\\s+runtime_type = "${binary.replace(/[.]/g, '\\.')}"`));
   expect(cluster.containerd.pid()).not.toBe(containerdPid);
   await deletePod('wasmtime-early');
+});
+
+step('a module as an OCI artifact (config architecture wasm, one layer of media type application/wasm, no file system) runs under RuntimeClass wasmtime', async () => {
+  // GIVEN the hello module as an artifact: no root file system at all, the module is the layer
+  const artifact = await buildWasmArtifact('hello', bed().work);
+  cluster.importImage(artifact.tarball);
+  // WHEN a pod runs it under the wasmtime RuntimeClass
+  applyObject(wasmPod('wasmtime-artifact', artifact.reference, { runtimeClassName: WASMTIME }));
+  const done = await podWhen('wasmtime-artifact', ['Succeeded', 'Failed'], 120_000);
+  // THEN the shim found the module in the layer and ran it
+  expect({ phase: done.status.phase, log: logText(done) }).toEqual({ phase: 'Succeeded', log: [HELLO_LINE] });
+  expect(runtimeOf(done)).toBe(installedBinary(WASMTIME, wasmtime));
+  await deletePod('wasmtime-artifact');
 });
 
 step('negative controls: the same image without the RuntimeClass does not run (runc cannot exec a .wasm), and a module that traps fails its pod (runwasi ends a failed module with 137)', async () => {

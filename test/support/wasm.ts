@@ -177,3 +177,45 @@ export function upstreamShimManifest(name: string, handler: string, runtimeClass
     },
   };
 }
+
+/** The Wasm layer media type of the OCI artifacts runwasi's shims read (besides the component layer type). */
+export const WASM_LAYER_MEDIA_TYPE = 'application/wasm';
+
+/**
+ * A module as an OCI artifact, the second way runwasi consumes Wasm: a config with
+ * `architecture: wasm` and no file system layers (no diff_ids), and one layer that is the
+ * .wasm file itself, of media type `application/wasm`. There is no entrypoint: the shim finds
+ * the module in the layer (through containerd's content store), not in a root file system.
+ */
+export async function buildWasmArtifact(name: string, dir: string): Promise<WasmImage> {
+  const module = fs.readFileSync(assembleWat(name, dir));
+  const sha = (b: Buffer) => crypto.createHash('sha256').update(b).digest('hex');
+  const config = Buffer.from(JSON.stringify({ architecture: 'wasm', os: 'wasip1', rootfs: { type: 'layers', diff_ids: [] }, config: {} }));
+  const manifest = Buffer.from(JSON.stringify({
+    schemaVersion: 2,
+    mediaType: 'application/vnd.oci.image.manifest.v1+json',
+    config: { mediaType: 'application/vnd.oci.image.config.v1+json', digest: `sha256:${sha(config)}`, size: config.length },
+    layers: [{ mediaType: WASM_LAYER_MEDIA_TYPE, digest: `sha256:${sha(module)}`, size: module.length }],
+  }));
+  const reference = `docker.io/library/rcm-wasm-artifact-${name}:test`;
+  const layout = fs.mkdtempSync(path.join(dir, 'artifact-'));
+  try {
+    fs.mkdirSync(path.join(layout, 'blobs', 'sha256'), { recursive: true });
+    for (const blob of [module, config, manifest]) fs.writeFileSync(path.join(layout, 'blobs', 'sha256', sha(blob)), blob);
+    fs.writeFileSync(path.join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
+    fs.writeFileSync(path.join(layout, 'index.json'), JSON.stringify({
+      schemaVersion: 2,
+      manifests: [{
+        mediaType: 'application/vnd.oci.image.manifest.v1+json',
+        digest: `sha256:${sha(manifest)}`,
+        size: manifest.length,
+        annotations: { 'io.containerd.image.name': reference, 'org.opencontainers.image.ref.name': 'test' },
+      }],
+    }));
+    const tarball = path.join(dir, `wasm-artifact-${name}.tar`);
+    await tar.c({ file: tarball, cwd: layout, portable: true }, ['oci-layout', 'index.json', 'blobs']);
+    return { reference, tarball, entrypoint: '' };
+  } finally {
+    fs.rmSync(layout, { recursive: true, force: true });
+  }
+}
