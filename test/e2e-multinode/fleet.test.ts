@@ -1149,7 +1149,7 @@ function runwasiPod(name: string, image: string, runtimeClassName: string, nodeN
   };
 }
 
-step('runwasi\'s wasmtime shim from its release tarball on every node (A containerd 2.4, B 1.7, C k3s-shaped 1.6): a WASI module runs on each, a long-running one keeps running through the Spin-shaped Shim\'s wave, and uninstall leaves each node\'s config as it started', async () => {
+step('runwasi\'s wasmtime shim from its release tarball on every node (A containerd 2.4, B 1.7, C k3s-shaped 1.6): a WASI module runs on each, a long-running one meets the Spin-shaped Shim\'s wave (kept by 1.6; ended by 1.7 and 2.4, the kubelet starts it again), and uninstall leaves each node\'s config as it started', async () => {
   // GIVEN the two release tarballs over HTTP (the Spin-shaped one holds the same shim as containerd-shim-spin-v2), the modules' images, every node selected
   const wasmtime = await packShimRelease(work, SHIM_RELEASES.wasmtime);
   const spin = await packShimRelease(work, SHIM_RELEASES.spinStandIn);
