@@ -184,13 +184,15 @@ export const WASM_LAYER_MEDIA_TYPE = 'application/wasm';
 /**
  * A module as an OCI artifact, the second way runwasi consumes Wasm: a config with
  * `architecture: wasm` and no file system layers (no diff_ids), and one layer that is the
- * .wasm file itself, of media type `application/wasm`. There is no entrypoint: the shim finds
- * the module in the layer (through containerd's content store), not in a root file system.
+ * .wasm file itself, of media type `application/wasm`. The shim finds the module in the layer
+ * (through containerd's content store): the root file system is empty. The config still names
+ * an entrypoint, `/<name>.wasm`, a file that does not exist there: containerd's CRI refuses to
+ * make a container with no command ("no command specified").
  */
 export async function buildWasmArtifact(name: string, dir: string): Promise<WasmImage> {
   const module = fs.readFileSync(assembleWat(name, dir));
   const sha = (b: Buffer) => crypto.createHash('sha256').update(b).digest('hex');
-  const config = Buffer.from(JSON.stringify({ architecture: 'wasm', os: 'wasip1', rootfs: { type: 'layers', diff_ids: [] }, config: {} }));
+  const config = Buffer.from(JSON.stringify({ architecture: 'wasm', os: 'wasip1', rootfs: { type: 'layers', diff_ids: [] }, config: { Entrypoint: [`/${name}.wasm`] } }));
   const manifest = Buffer.from(JSON.stringify({
     schemaVersion: 2,
     mediaType: 'application/vnd.oci.image.manifest.v1+json',
