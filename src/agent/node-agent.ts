@@ -291,11 +291,13 @@ export class NodeAgent {
     this.log.info(`starting ${arrived.length} request(s) together`, { shims: arrived.map(a => a.shim), gatheredMs, ...gatherWindow(arrived.map(a => a.admitted)) });
     // Their outcomes go to the Node together: one write (one watch event) for the change set.
     const reports = new ChangeSetReports(arrived.map(a => requestId(a.admitted)), r => this.writeReports(r));
+    // (taken once every request below is marked under way here: the write's own watch event must find them so)
+    const taken = Promise.resolve().then(() => this.take(arrived));
     for (const { shim, admitted } of arrived) {
       // One Shim's requests run one after the other: the controller may withdraw a request the
       // agent has taken but not yet reported (its node went NotReady) and admit another later.
       const previous = this.lastOfShim.get(shim);
-      const run: Promise<void> = (previous ?? Promise.resolve()).then(() => this.carryOut(shim, admitted, reports)).finally(() => {
+      const run: Promise<void> = Promise.all([previous, taken]).then(() => this.carryOut(shim, admitted, reports)).finally(() => {
         reports.leave(requestId(admitted));
         this.done.add(requestId(admitted));
         this.running.delete(requestId(admitted));
@@ -304,6 +306,27 @@ export class NodeAgent {
       this.running.set(requestId(admitted), run);
       this.lastOfShim.set(shim, run);
     }
+  }
+
+  /**
+   * Takes a change set: one write that reports every request of it `running`, before anything
+   * on the node changes. The controller withdraws a request nobody has taken from a node whose
+   * agent is not Ready, and the change set's own containerd restart can make this agent's pod
+   * not Ready for a moment: taken only after a while, every request of the set was withdrawn,
+   * its outcome dropped and the request admitted again, and run twice (seen on a fresh-clone CI
+   * run's containerd 1.7 node). Taken first, it stays the agent's until its outcome.
+   */
+  private async take(arrived: Array<{ shim: string; admitted: AdmittedRequest }>): Promise<void> {
+    const startedAt = new Date().toISOString();
+    const reports: NodeReport[] = arrived.filter(a => this.stillRequested(a.shim, a.admitted)).map(({ shim, admitted }) => ({
+      shim,
+      request: admitted.name,
+      phase: 'running',
+      patch: { labels: {}, annotations: { [resultKey(shim)]: JSON.stringify({ name: admitted.name, admittedAt: admitted.createdAt, startedAt, phase: 'running' }) } },
+      stillWanted: () => this.stillRequested(shim, admitted),
+    }));
+    if (reports.length === 0) return;
+    await this.writeReports(reports).catch(e => this.log.warn('could not report a change set taken', { requests: reports.map(r => r.request), error: (e as Error).message }));
   }
 
   /** The node (as last seen) still holds this request. */

@@ -54,7 +54,11 @@ async function agentOn(settings: Partial<AgentSettings> = {}) {
   return {
     result,
     /** The agent's writes to the Node that carry a result. */
-    outcomeWrites: () => node.patches.filter(p => Object.keys(p.metadata?.annotations ?? {}).some(k => k.endsWith('/result'))),
+    // (outcomes only: each change set is first taken in a write of its own, every result `running`)
+    outcomeWrites: () => node.patches.filter(p => Object.entries(p.metadata?.annotations ?? {})
+      .some(([k, v]) => k.endsWith('/result') && typeof v === 'string' && JSON.parse(v).phase !== 'running')),
+    takeWrites: () => node.patches.filter(p => Object.entries(p.metadata?.annotations ?? {})
+      .some(([k, v]) => k.endsWith('/result') && typeof v === 'string' && JSON.parse(v).phase === 'running')),
     admit: async (shim: string, pacing: Pick<AdmittedRequest, 'passIntervalMs' | 'slowestPassMs'>) => {
       const request = { ...installRequest(shim, `${shim}-handler`, await artifactOf(shim)), ...pacing };
       node.apply({ metadata: { annotations: { [requestKey(shim)]: JSON.stringify(request) } } });
@@ -125,6 +129,11 @@ test('the outcomes of requests started together go to the Node in one write', as
     const writes = a.outcomeWrites();
     expect(writes).toHaveLength(1);
     expect(Object.keys(writes[0].metadata.annotations).filter(k => k.endsWith('/result')).sort())
+      .toEqual(['shim-a', 'shim-b', 'shim-c'].map(s => resultKey(s)).sort());
+    // AND one write before it took the three (each `running`), so that the controller leaves them to the agent
+    const takes = a.takeWrites();
+    expect(takes).toHaveLength(1);
+    expect(Object.keys(takes[0].metadata.annotations).filter(k => k.endsWith('/result')).sort())
       .toEqual(['shim-a', 'shim-b', 'shim-c'].map(s => resultKey(s)).sort());
   } finally {
     await a.stop();
