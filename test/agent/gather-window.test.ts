@@ -41,7 +41,7 @@ async function artifactOf(shim: string): Promise<{ url: string; sha256: string }
 async function agentOn(settings: Partial<AgentSettings> = {}) {
   const host = await bench.startHost({ 'usr/bin/containerd': { copy: '/usr/bin/containerd' }, 'etc/containerd/config.toml': RUNC_ONLY_CONFIG });
   const node = new NodeStandIn();
-  const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--restart=none', '--retries=0', '--set-gather=0'];
+  const args = [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--distro=containerd', '--restart=none', '--retries=0'];
   const agent = new NodeAgent(node as unknown as Kube, {
     nodeName: 'n1', namespace: 'rcm', platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60, installerArgs: args, ...settings,
   }, new Logger(false));
