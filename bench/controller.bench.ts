@@ -35,6 +35,7 @@ import { Testing, Yaml } from 'cdk8s';
 import { buildSync } from 'esbuild';
 import { InstallMode, RuntimeClassManager } from '../src';
 import { mergedPatch, NodeReport } from '../src/agent/change-set-reports';
+import { gatherWindow } from '../src/agent/node-agent';
 import { AdmittedRequest, AgentResult, REQUESTS_NODE_ANNOTATION, REQUESTS_SELECTOR, resultKey } from '../src/shared/agent-protocol';
 import { createAgentPod } from '../test/support/agent-pods';
 import { ControlPlane, freePort, startControlPlane } from '../test/support/control-plane';
@@ -195,14 +196,16 @@ function finishInstallers(admin: Rest): () => void {
 
 /**
  * The node agents' part (install mode NodeAgent): every request in a node's requests ConfigMap
- * is answered on the Node, `succeeded`, as the real agent does: the requests of one write of a
- * node's requests (one change set) are carried out together 0.5 s later, and their outcomes
- * written in one Node write (with each Shim's record after its success). As the real agent does, a request
+ * is answered on the Node, `succeeded`, as the real agent does: a node's requests are gathered
+ * until none came for the agent's gather window (gatherWindow, from what the requests say of
+ * the controller's passes), carried out together 0.5 s later, and their outcomes written in
+ * one Node write (with each Shim's record after its success). As the real agent does, a request
  * done within its --progress-report-seconds (10) gets no `running` report. Requests are learnt
  * from one watch of the ConfigMaps (each real agent watches its own node's).
  */
 function finishAgentRequests(admin: Rest): () => void {
   const taken = new Map<string, string>(); // `${node} ${shim}` -> the request name being answered or answered
+  const gathering = new Map<string, { first: number; timer?: NodeJS.Timeout; requests: { shim: string; admitted: AdmittedRequest }[] }>();
   let stopped = false;
   let watch: { stop: () => void } | undefined;
   const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));
@@ -234,15 +237,22 @@ function finishAgentRequests(admin: Rest): () => void {
   };
   const onRequests = (cm: any) => {
     const node = cm.metadata.annotations[REQUESTS_NODE_ANNOTATION];
-    const fresh: { shim: string; admitted: AdmittedRequest }[] = [];
     for (const [shim, text] of Object.entries<string>(cm.data ?? {})) {
       const admitted: AdmittedRequest = JSON.parse(text);
       const id = `${node} ${shim} ${admitted.createdAt}`;
       if (taken.get(id) === admitted.name) continue;
       taken.set(id, admitted.name);
-      fresh.push({ shim, admitted });
+      let set = gathering.get(node);
+      if (!set) gathering.set(node, set = { first: Date.now(), requests: [] });
+      set.requests.push({ shim, admitted });
+      if (set.timer) clearTimeout(set.timer);
+      const { quietMs, maxMs } = gatherWindow(set.requests.map(r => r.admitted));
+      const started = set;
+      set.timer = setTimeout(() => {
+        gathering.delete(node);
+        void answer(node, started.requests);
+      }, Math.max(0, Math.min(quietMs, set.first + maxMs - Date.now())));
     }
-    if (fresh.length > 0) void answer(node, fresh);
   };
   const path = `/api/v1/namespaces/${NS}/configmaps?labelSelector=${encodeURIComponent(REQUESTS_SELECTOR)}`;
   void (async () => {
@@ -260,7 +270,7 @@ function finishAgentRequests(admin: Rest): () => void {
       }
     }
   })();
-  return () => { stopped = true; watch?.stop(); };
+  return () => { stopped = true; watch?.stop(); for (const set of gathering.values()) clearTimeout(set.timer); };
 }
 
 /**

@@ -135,8 +135,8 @@ async function main(): Promise<void> {
   const args = ['--host-root=/', `--install-root=${path.join(daemon.dir, 'opt', 'rcm')}`, `--config=${daemon.config}`,
     `--socket=${daemon.socket}`, '--distro=containerd', '--restart=command', `--restart-command=${daemon.restartCommand}`,
     '--handler=bench', `--result-file=${resultFile}`];
-  // The node agent's way: one process for every install (started once, before the rounds);
-  // the agent gathers a node's requests itself, before the installs.
+  // The node agent's way: one process for every install (started once, before the rounds),
+  // with the flag the agent adds (it gathers a node's requests itself, before the installs).
   const agentBundle = path.join(work, 'lib', 'in-process-installer.js');
   buildSync({ entryPoints: ['bench/in-process-installer.ts'], bundle: true, platform: 'node', target: 'node20', format: 'cjs', outfile: agentBundle, logLevel: 'error' });
   const agentProcess = spawn(NODE, [agentBundle], { stdio: ['pipe', 'pipe', 'ignore'] });
@@ -155,9 +155,9 @@ async function main(): Promise<void> {
   });
   const agentRuns: Figures[] = [];
   const installInProcess = async (): Promise<Figures> => {
-    const { ms, result } = await inProcess(['install', `--location=${url}`, `--sha256=${sha256}`, ...args]);
+    const { ms, result } = await inProcess(['install', `--location=${url}`, `--sha256=${sha256}`, ...args, '--set-gather=0']);
     if (result.outcome !== 'installed') throw new Error(`in-process install: ${result.outcome}: ${result.message}`);
-    await inProcess(['uninstall', ...args]);
+    await inProcess(['uninstall', ...args, '--set-gather=0']);
     return { total: ms };
   };
   const install = async (bundleFile: string): Promise<Figures> => {
@@ -227,7 +227,7 @@ async function main(): Promise<void> {
     + `${(cell(rcm, 'total')! / cell(base, 'total')!).toFixed(2)}x, median of per-round ratios ${median(ratios).toFixed(2)}x`
     + (before ? `, before ${(cell(old, 'total')! / cell(base, 'total')!).toFixed(2)}x` : ''));
   const agentRatios = agentRuns.map((f, i) => f.total / base[i].total);
-  console.log(`summary: node agent (the installer in its long-running process, as the agent runs it) ${cell(agentRuns, 'total')!.toFixed(0)} ms, `
+  console.log(`summary: node agent (the installer in its long-running process, --set-gather=0 as the agent runs it) ${cell(agentRuns, 'total')!.toFixed(0)} ms, `
     + `baseline ${cell(base, 'total')!.toFixed(0)} ms, ratio of medians ${(cell(agentRuns, 'total')! / cell(base, 'total')!).toFixed(2)}x, `
     + `median of per-round ratios ${median(agentRatios).toFixed(2)}x (the agent's gathering of a node's requests, 0.5 s after the last, comes before)`);
   console.log('Each row is its own median (the rows need not add up). The rcm total is the wall time of the whole process;');

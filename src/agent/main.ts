@@ -57,7 +57,9 @@ async function main(): Promise<number> {
   const agent = new NodeAgent(kube, {
     nodeName,
     namespace,
-    installerArgs: ['--host-root=/host', '--json-logs', ...installerArgs],
+    // The agent gathers a node's requests itself and starts them together (node-agent.ts): the
+    // installers' own gather window, for Jobs that start apart, would only delay each change.
+    installerArgs: ['--host-root=/host', '--json-logs', '--set-gather=0', ...installerArgs],
     platform: parsed.single.platform ?? thisPlatform(),
     driftCheckSeconds: wholeNumber(parsed.single['drift-check-seconds'], 'drift-check-seconds', 60, 0),
     progressReportSeconds: wholeNumber(parsed.single['progress-report-seconds'], 'progress-report-seconds', 10, 0),

@@ -87,6 +87,33 @@ export function otherClaim(annotations: Readonly<Record<string, string>>, shim: 
 }
 
 /**
+ * Requests are started together once none came for a while: the installers then need no
+ * gather window of their own (the agent passes --set-gather=0): they all announce themselves
+ * at once, and the last to write its change restarts containerd for all. The controller
+ * admits the requests one change causes (Shims deleted together, the gates a drift check
+ * dropped, a node's agent becoming Ready) within one pass interval and one pass's own time of
+ * each other (the requests say both: passIntervalMs, slowestPassMs), so the agent waits that
+ * long and GATHER_MARGIN_MS more after the last; at most twice that (and GATHER_MAX_EXTRA_MS)
+ * after the first, so that a steady trickle does not hold them for ever.
+ */
+export function gatherWindow(requests: readonly Pick<AdmittedRequest, 'passIntervalMs' | 'slowestPassMs'>[]): { quietMs: number; maxMs: number } {
+  const interval = Math.max(0, ...requests.map(r => r.passIntervalMs ?? DEFAULT_PASS_INTERVAL_MS));
+  const pass = Math.min(GATHER_SLOW_PASS_CAP_MS, Math.max(0, ...requests.map(r => r.slowestPassMs ?? 0)));
+  const quietMs = interval + pass + GATHER_MARGIN_MS;
+  return { quietMs, maxMs: 2 * quietMs + GATHER_MAX_EXTRA_MS };
+}
+/** What a controller that does not say its pass interval is assumed to use (its least). */
+const DEFAULT_PASS_INTERVAL_MS = 1000;
+/** A reconcile's own time beyond what the controller measured of its recent passes. */
+const GATHER_MARGIN_MS = 500;
+const GATHER_MAX_EXTRA_MS = 1000;
+/**
+ * The most a slow pass adds to the wait: a controller whose passes take longer (a rollout over
+ * thousands of nodes writes its requests for a while) delays each change set no more than this.
+ */
+const GATHER_SLOW_PASS_CAP_MS = 10_000;
+
+/**
  * One installer run in this process (no process start, as a Job's pod has): `argv` is the
  * command and its flags, over the RCM_* variables of `env`. The node agent runs every request
  * this way; bench/installer.bench.ts times it the same way.
@@ -115,6 +142,8 @@ export class NodeAgent {
   private readonly done = new Set<string>();
   /** Requests seen and not started yet (gathered for one change set), by requestId. */
   private readonly arriving = new Map<string, { shim: string; admitted: AdmittedRequest }>();
+  private gatherTimer?: NodeJS.Timeout;
+  private firstArrival?: number;
   /** The node and its requests, merged (the requests under requestKey(shim), as the controller's views have them). */
   private node?: NodeState;
   /** The Node as last read. */
@@ -198,6 +227,7 @@ export class NodeAgent {
   /** Stops taking requests and waits (at most `graceMs`) for those under way: a change in progress is finished. */
   async stop(graceMs = 60_000): Promise<void> {
     this.stopped = true;
+    if (this.gatherTimer) clearTimeout(this.gatherTimer);
     this.watch?.abort();
     this.requestsWatch?.abort();
     if (this.driftTimer) clearInterval(this.driftTimer);
@@ -237,20 +267,28 @@ export class NodeAgent {
       this.arriving.set(id, { shim, admitted });
       added = true;
     }
-    // The controller hands a node's change set over in one write of its requests: what came
-    // together starts together, and the installers restart containerd once for the set they
-    // declare (--change-set), however far apart they start. Nothing is waited for here.
-    if (added) this.startArrived();
+    if (!added) return;
+    // The controller admits a node's operations of several Shims up to a pass interval apart:
+    // they are started together once no new one came for the gather window, so that they make
+    // one change set (one containerd restart).
+    this.firstArrival ??= Date.now();
+    if (this.gatherTimer) clearTimeout(this.gatherTimer);
+    const { quietMs, maxMs } = gatherWindow([...this.arriving.values()].map(a => a.admitted));
+    const wait = Math.max(0, Math.min(quietMs, this.firstArrival + maxMs - Date.now()));
+    this.gatherTimer = setTimeout(() => this.startArrived(), wait);
   }
 
-  /** Starts every request arrived: at once, so that the installers' change set takes them all (one restart). */
+  /** Starts every request gathered: at once, so that the installers' change set takes them all (one restart). */
   private startArrived(): void {
+    const gatheredMs = this.firstArrival === undefined ? 0 : Date.now() - this.firstArrival;
+    this.gatherTimer = undefined;
+    this.firstArrival = undefined;
     const arrived = [...this.arriving.values()];
     this.arriving.clear();
     if (this.stopped) return;
-    // Which requests started together, and the change sets they declare: a node that restarts
-    // containerd twice for one change shows here which request came apart.
-    this.log.info(`starting ${arrived.length} request(s) together`, { shims: arrived.map(a => a.shim), changeSets: [...new Set(arrived.map(a => a.admitted.request.changeSet ?? 'none'))] });
+    // Which requests made one change set, and how long they were gathered: a node that restarts
+    // containerd twice for one change shows here which request came too late.
+    this.log.info(`starting ${arrived.length} request(s) together`, { shims: arrived.map(a => a.shim), gatheredMs, ...gatherWindow(arrived.map(a => a.admitted)) });
     // Their outcomes go to the Node together: one write (one watch event) for the change set.
     const reports = new ChangeSetReports(arrived.map(a => requestId(a.admitted)), r => this.writeReports(r));
     // (taken once every request below is marked under way here: the write's own watch event must find them so)

@@ -10,7 +10,6 @@ import { ShimConstruct, ShimConstructProps } from './shim';
 import { ShimDefinition } from './shim-definition';
 import { ShimToleration } from './toleration';
 import { AGENT_POD_LABELS } from '../shared/agent-protocol';
-import { APPLIED_TOGETHER_ANNOTATION, appliedTogetherId, formatAppliedTogether } from '../shared/applied-together';
 import { installerEnvNameProblem, isDnsLabel, isDnsSubdomain, isQuantity } from '../shared/validation';
 
 /** Where the published images live. */
@@ -300,8 +299,6 @@ export interface RuntimeClassManagerProps {
 }
 
 const NAME = 'rcm-controller';
-/** Whether a manager is rendering an apply unit's Shims to digest them (synth is synchronous). */
-let renderingUnit = false;
 const COMMON_LABELS = {
   'app.kubernetes.io/name': 'runtime-class-manager',
   'app.kubernetes.io/part-of': 'runtime-class-manager',
@@ -358,8 +355,6 @@ export class RuntimeClassManager extends Construct {
   public readonly syncWaves: SyncWaves;
 
   private readonly pullSecrets: string[] = [];
-  /** The Shims addShim() made: the ones stamped as applied together. */
-  private readonly addedShims = new Set<ShimConstruct>();
   private readonly labels: { [key: string]: string };
   private readonly annotations: { [key: string]: string };
   private readonly installMode: InstallMode;
@@ -809,13 +804,6 @@ export class RuntimeClassManager extends Construct {
    * Returns the `ShimConstruct`, whose `runWorkload()` puts a workload's pods under the Shim's
    * RuntimeClass.
    *
-   * Every Shim added here carries `runtime.spinkube.dev/applied-together: <id>/<count>`, written
-   * at synth: `<count>` is how many Shims of this manager share its Argo CD sync wave (one apply
-   * unit), `<id>` the first 12 hex digits of the sha256 of those Shims' names and specs as
-   * synthesized, so any change to one of them gives the whole unit a new id. The controller
-   * plans the Shims of one unit in one pass: each node gets one change set, one containerd
-   * restart. A `ShimConstruct` made on its own carries none and is planned as it arrives.
-   *
    * @example
    * import { App, Chart } from 'cdk8s';
    * import { RuntimeClassManager } from 'runtime-class-manager-cdk8s';
@@ -842,45 +830,12 @@ export class RuntimeClassManager extends Construct {
       throw new Error(`addShim("${id}"): image: install mode NodeAgent fetches artifacts over HTTP(S) only; `
         + 'give location or platforms, or use installMode: InstallMode.jobs()');
     }
-    const annotations = { ...this.annotations, ...props.annotations };
-    if (APPLIED_TOGETHER_ANNOTATION in annotations) {
-      throw new Error(`addShim("${id}"): annotations: ${APPLIED_TOGETHER_ANNOTATION} is set by the manager (the Shims applied together with this one)`);
-    }
-    const shim = new ShimConstruct(this, id, {
+    return new ShimConstruct(this, id, {
       ...props,
       syncWave: props.syncWave ?? this.syncWaves.shims,
       labels: { ...this.labels, ...props.labels },
-      annotations,
+      annotations: { ...this.annotations, ...props.annotations },
     });
-    this.addedShims.add(shim);
-    // At synth, when every Shim of the app is there: a Lazy, as the other late values.
-    shim.resource.metadata.addAnnotation(APPLIED_TOGETHER_ANNOTATION, Lazy.any({ produce: () => this.appliedTogether(shim) }) as any);
-    return shim;
-  }
-
-  /**
-   * The applied-together stamp of a Shim this manager added: its apply unit is every Shim
-   * addShim() made that is in the same Argo CD sync wave (Argo CD applies each wave apart, so
-   * a unit never waits for a later wave), its id the digest of the unit's Shims as synthesized
-   * (metadata name and spec, JSON patches included, the stamps themselves left out).
-   */
-  private appliedTogether(shim: ShimConstruct): string | undefined {
-    // Rendering a unit renders its Shims, this one too: their stamps are left out meanwhile.
-    if (renderingUnit) return undefined;
-    renderingUnit = true;
-    let rendered: { shim: ShimConstruct; json: any }[];
-    try {
-      rendered = this.node.children
-        .filter((c): c is ShimConstruct => c instanceof ShimConstruct && this.addedShims.has(c))
-        .map(s => ({ shim: s, json: s.resource.toJson() }));
-    } finally {
-      renderingUnit = false;
-    }
-    const wave = (json: any): string | undefined => json.metadata?.annotations?.[ArgoCd.SYNC_WAVE_ANNOTATION];
-    const own = rendered.find(r => r.shim === shim);
-    if (own === undefined) return undefined;
-    const unit = rendered.filter(r => wave(r.json) === wave(own.json));
-    return formatAppliedTogether(appliedTogetherId(unit.map(r => ({ name: r.json.metadata?.name, spec: r.json.spec }))), unit.length);
   }
 
   private validateSingleManager(): string[] {

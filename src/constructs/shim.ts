@@ -195,7 +195,7 @@ export interface ShimConstructProps {
    * Annotations of the Shim and its RuntimeClass (the RuntimeClass gets them through
    * `spec.runtimeClass.annotations`, less the `argocd.argoproj.io/` and `runtime.spinkube.dev/`
    * keys, which mean nothing on an object the controller writes).
-   * @default - none beyond Argo CD's sync wave and options (and, for a Shim that `RuntimeClassManager.addShim()` adds, `runtime.spinkube.dev/applied-together`)
+   * @default - none beyond Argo CD's sync wave and options
    */
   readonly annotations?: { [key: string]: string };
   /**
@@ -211,10 +211,7 @@ export interface ShimConstructProps {
  *
  * The controller creates the RuntimeClass, which schedules pods only onto nodes where the
  * controller has recorded the handler as installed (`createRuntimeClass` synthesizes it here
- * too). `RuntimeClassManager.addShim()` is the usual way to make one: a Shim the manager adds
- * also says which Shims are applied with it (`runtime.spinkube.dev/applied-together`), so
- * that the controller plans them in one pass. One made on its own, as here, cannot know what
- * is applied with it and carries no such annotation: the controller plans it as it arrives.
+ * too). `RuntimeClassManager.addShim()` is the usual way to make one.
  *
  * @example
  * import { App, Chart } from 'cdk8s';

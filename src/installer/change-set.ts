@@ -3,9 +3,7 @@
 //
 // Each change is journalled (journal.ts) before it touches the config, with its set, its
 // place in it and the run that made it. A run whose change is written leaves the restart to
-// the last installer that is still coming (commit): the last member of its declared set (the
-// controller names each run's set and its size: set-marks.ts), or, for a run outside one, the
-// last of those seen coming; that one restarts containerd once,
+// the last installer that is still coming (commit); that one restarts containerd once,
 // checks that it serves every handler of the set, and completes each change, or rolls the
 // whole set back and has each change tried again alone. Every installer of the set reads its
 // outcome (outcomes.ts) when it holds the host lock again. A set whose installers all ended
@@ -20,7 +18,6 @@ import type { InstallResult } from './install';
 import { chainStarts, inOrder, Journal, parseJournal, settlementOf } from './journal';
 import { InstallerOptions } from './options';
 import { Outcome, OutcomeBox } from './outcomes';
-import { SetMarks } from './set-marks';
 import { pauseForTests } from './test-hooks';
 import { Timer } from './timer';
 import { Logger } from '../shared/log';
@@ -48,21 +45,12 @@ function runtimeOf(layout: Pick<DistroLayout, 'distro'>): string {
 
 export class ChangeSets {
   /**
-   * This run's change went into the open set (commit): it is accounted for there. A run of a
-   * declared set that ends without that leaves a mark instead (Installer, set-marks.ts).
-   */
-  wroteIntoSet = false;
-  private readonly marks: SetMarks;
-
-  /**
    * @param id this run (its changes' owner, its outcome's name)
    * @param members the runs with a change written (a marker each, held while they live)
    */
   constructor(private readonly o: InstallerOptions, private readonly log: Logger, private readonly timer: Timer,
     private readonly restart: ContainerdRestart, private readonly id: string, private readonly lockFile: string,
-    private readonly members: LockWaiters) {
-    this.marks = new SetMarks(o);
-  }
+    private readonly members: LockWaiters) {}
 
   /** The journal of a handler's change (a host path). */
   journalFile(handler: string): string {
@@ -118,24 +106,20 @@ export class ChangeSets {
   }
 
   /** This run's place in the open set (a new set when there is none). */
-  membership(): Pick<Journal, 'set' | 'seq' | 'owner' | 'changeSet'> {
+  membership(): Pick<Journal, 'set' | 'seq' | 'owner'> {
     const open = this.open();
     const last = open[open.length - 1];
-    const declared = this.o.changeSet ? { changeSet: this.o.changeSet.id } : {};
-    return { set: last?.set ?? this.id, seq: last ? (last.seq ?? 0) + 1 : 0, owner: this.id, ...declared };
+    return { set: last?.set ?? this.id, seq: last ? (last.seq ?? 0) + 1 : 0, owner: this.id };
   }
 
   /**
    * An open set is restarted for before this run's change joins one, when the change must be
-   * alone (it is retried alone after a refused set), when the set holds a change of this
-   * handler (another installer of it: one journal per handler), or when it holds a change of
-   * another declared set than this run's (or of none, when this run's is declared, and the
-   * other way round): each declared set restarts for its own members.
+   * alone (it is retried alone after a refused set) or when the set holds a change of this
+   * handler (another installer of it: one journal per handler).
    */
   async finishOpenFirst(layout: DistroLayout, solo: boolean): Promise<void> {
     const open = this.open();
-    const apart = (j: Journal) => j.handler === this.o.handler || j.changeSet !== this.o.changeSet?.id;
-    if (open.length === 0 || !(solo || open.some(apart) || !this.restart.restarts(layout))) return;
+    if (open.length === 0 || !(solo || open.some(j => j.handler === this.o.handler) || !this.restart.restarts(layout))) return;
     await this.finish(open);
     if (this.pending().length > 0) {
       throw new InstallerError(ExitCode.RESTART_FAILED_NOT_ROLLED_BACK, 'RestartFailedNotRolledBack',
@@ -145,12 +129,19 @@ export class ChangeSets {
 
   /**
    * This run's change is written: containerd restarts for it now, with every change of the
-   * open set, unless a member of the set is still to come (leavesRestart). Then the restart is
-   * left to the last of them, and this run waits for the lock again (Pending).
+   * open set, unless another installer waits for the lock with a change of its own. Then the
+   * restart is left to the last of them, and this run waits for the lock again (Pending).
    */
   async commit(pending: Pending, waiters: LockWaiters, solo: boolean, joinedAt: number | undefined): Promise<InstallResult | Pending> {
-    this.wroteIntoSet = true;
-    if (await this.leavesRestart(pending.journal.layout, waiters, solo, joinedAt)) return pending;
+    const waited = joinedAt === undefined ? Number.POSITIVE_INFINITY : Date.now() - joinedAt;
+    if (this.restart.restarts(pending.journal.layout) && !solo) {
+      // The installers of one wave do not start together: the controller creates a node's Jobs
+      // of several Shims one reconcile apart, and their pods start a moment apart. The first
+      // change written waits a little (--set-gather) even when nobody is seen coming yet, then
+      // as long as someone is (at most --set-wait).
+      if (waited < this.o.setGatherSeconds * 1000) return pending;
+      if (waited < this.o.setWaitSeconds * 1000 && await waiters.others(this.id) > 0) return pending;
+    }
     await this.finish(this.open());
     const outcome = this.outcomes().peek(this.id);
     if (outcome?.kind === 'done') {
@@ -166,35 +157,6 @@ export class ChangeSets {
   }
 
   /**
-   * Whether this run's written change leaves the restart to a member still to come. In a
-   * declared set, until all its members are accounted for: counted, not timed, since the pods
-   * of one pass start seconds apart on a loaded node. Outside one (an installer run by hand,
-   * an older controller, a member that came after its set restarted) while another installer
-   * waits for the lock with a change. Either way at most --set-wait from this run's write: a
-   * member that never starts (its Job deleted first) must not hold the others for ever.
-   */
-  private async leavesRestart(layout: DistroLayout, waiters: LockWaiters, solo: boolean, joinedAt: number | undefined): Promise<boolean> {
-    if (!this.restart.restarts(layout) || solo) return false;
-    const set = this.o.changeSet && !this.marks.restarted(this.o.changeSet.id) ? this.o.changeSet : undefined;
-    const missing = set ? set.size - this.accounted(set.id) : 0;
-    const waited = joinedAt === undefined ? Number.POSITIVE_INFINITY : Date.now() - joinedAt;
-    if (waited >= this.o.setWaitSeconds * 1000) {
-      if (missing > 0) {
-        this.log.warn(`${missing} of the ${set!.size} members of change set ${set!.id} did not come within --set-wait (${this.o.setWaitSeconds}s): `
-          + `${runtimeOf(layout)} restarts for the changes written`, { changeSet: set!.id });
-      }
-      return false;
-    }
-    if (set) return missing > 0;
-    return await waiters.others(this.id) > 0;
-  }
-
-  /** The members of declared set `id` accounted for: a change in the open set, or a mark of one that ended without. */
-  private accounted(id: string): number {
-    return this.open().filter(j => j.changeSet === id).length + this.marks.endedCount(id);
-  }
-
-  /**
    * Restarts containerd once for a set of written changes and checks it serves every one of
    * them; then completes each (its state, its clean-up). A set containerd refuses goes back to
    * the config before it, containerd restarts again, and each change is tried again alone by
@@ -202,8 +164,6 @@ export class ChangeSets {
    */
   async finish(set: readonly Journal[]): Promise<void> {
     if (set.length === 0) return;
-    // Before the restart: whatever comes of it, a member that starts from now on waits for nobody.
-    for (const id of new Set(set.map(j => j.changeSet))) if (id !== undefined) this.marks.markRestarted(id);
     const layout = set[0].layout;
     const installs = set.filter(j => j.operation === 'install' && j.binary !== undefined).map(j => ({ handler: j.handler, binary: j.binary! }));
     const runtime = runtimeOf(layout);
@@ -260,17 +220,6 @@ export class ChangeSets {
     }
   }
 
-  /**
-   * A member of a declared set whose run ended with its change unfinished (killed while it
-   * wrote) is accounted for as ended: its change is settled here, not in the set.
-   */
-  private async accountForGone(journals: readonly Journal[]): Promise<void> {
-    for (const j of journals) {
-      if (j.changeSet === undefined || j.owner === undefined || j.owner === this.id) continue;
-      if (!await this.members?.alive(j.owner)) this.marks.markEnded(j.changeSet, j.owner);
-    }
-  }
-
   /** Whether an installer of these changes still lives (it waits for the lock to restart or to read its outcome). */
   private async anyOwnerAlive(journals: readonly Journal[]): Promise<boolean> {
     for (const j of journals) {
@@ -297,7 +246,6 @@ export class ChangeSets {
     const journals = this.pending();
     if (journals.length === 0) return;
     if (this.open().length > 0 && await this.anyOwnerAlive(journals)) return;
-    await this.accountForGone(journals);
     const settlement = settlementOf(journals, this.currentConfig);
     const handlers = journals.map(j => j.handler).join(', ');
     for (const j of journals) {

@@ -24,7 +24,6 @@ import { ConfigBackups, Fetched, HostVersions, isPayload, payloadsDir, shimsDir,
 import { Journal } from './journal';
 import { artifactFor, Distro, InstallerOptions } from './options';
 import { preflight, PreflightContext } from './preflight';
-import { SetMarks } from './set-marks';
 import { InstallState, parseState } from './state';
 import { pauseForTests } from './test-hooks';
 import { Timer } from './timer';
@@ -170,7 +169,7 @@ export class Installer {
   private members?: LockWaiters;
   private leaveMembers?: () => void;
   private withdrawComing?: () => void;
-  /** When this run's change was written (it waits for the rest of its set at most setWaitSeconds from then). */
+  /** When this run's change was written (it waits for the others' changes at most setWaitSeconds from then). */
   private joinedAt?: number;
 
   /**
@@ -189,7 +188,6 @@ export class Installer {
     const onTerm = () => {
       if (!this.hostTouched) {
         this.log.warn('SIGTERM before anything on the host changed: stopping');
-        this.accountForEnd();
         process.exit(ExitCode.TERMINATED);
       }
       this.log.warn('SIGTERM: finishing the change in progress first');
@@ -222,7 +220,6 @@ export class Installer {
       await announced;
       return await this.runDetected(distro, await detecting, scratch, early);
     } finally {
-      this.accountForEnd();
       this.withdrawComing?.();
       this.leaveMembers?.();
       if (scratch !== undefined) fs.rmSync(scratch, { recursive: true, force: true });
@@ -280,7 +277,6 @@ export class Installer {
     }
     // A unit systemd gave up on is reported before anything is fetched or touched.
     const unitChecked = settle(this.restart.refuseFailedUnit(layout));
-    this.pruneSetMarks();
     // Download and verify before taking the lock: a slow server holds up no other installer.
     let fetched: Fetched | undefined;
     if (early) {
@@ -310,30 +306,12 @@ export class Installer {
         if (!isPending(step)) return { ...step, timings: this.timer.total() };
         // Written and waiting for the set's restart: the lock again (after a moment for the
         // others to take it), then the outcome.
-        if (!pending) {
-          this.log.info('the change is written; other installers of its change set are still to come: containerd restarts once for all of them',
-            { set: step.journal.set, ...(this.o.changeSet ? { changeSet: `${this.o.changeSet.id}/${this.o.changeSet.size}` } : {}) });
-        }
+        if (!pending) this.log.info('the change is written; other installers on this node have changes coming: containerd restarts once for all of them', { set: step.journal.set });
         pending = step;
         await new Promise(res => setTimeout(res, SET_POLL_MS));
       }
     } finally {
       this.withdrawComing?.();
-    }
-  }
-
-  /**
-   * A run of a declared change set that ends without its change in the set (it failed before
-   * writing, or had nothing to change) says so: the set's other members wait for it no longer.
-   */
-  private accountForEnd(): void {
-    const set = this.o.changeSet;
-    if (!set || this.o.command === 'status' || (this.sets !== undefined && this.sets.wroteIntoSet)) return;
-    try {
-      new SetMarks(this.o).markEnded(set.id, this.id);
-    } catch (e) {
-      // Without the mark the others wait for this run until --set-wait, no longer.
-      this.log.warn(`could not mark this run as ended in change set ${set.id}`, { error: (e as Error).message });
     }
   }
 
@@ -371,8 +349,6 @@ export class Installer {
     this.solo = outcome?.kind === 'retry-alone';
     this.log.info(this.solo ? 'the change set containerd refused was rolled back: this change is tried again alone' : 'the change set was undone: this change is made again');
     this.changed.length = 0;
-    // Made again, the change is in the set again only when it is written again.
-    this.sets.wroteIntoSet = false;
     await this.recover();
     return this.change(base, layout, major, scratch, fetched, waiters);
   }
@@ -796,15 +772,6 @@ export class Installer {
   private owns(state: InstallState | undefined): (runtimeType: string) => boolean {
     const ours = [shimsDir(this.o) + '/', payloadsDir(this.o) + '/'];
     return runtimeType => runtimeType === state?.binary || ours.some(prefix => runtimeType.startsWith(prefix));
-  }
-
-  /** Old sets' marks go (set-marks.ts); a failure only leaves them for the next run. */
-  private pruneSetMarks(): void {
-    try {
-      new SetMarks(this.o).prune();
-    } catch (e) {
-      this.log.warn('could not prune the marks of old change sets', { error: (e as Error).message });
-    }
   }
 
   /** Marks this run as alive with a change written, until it ends (the kernel drops the mark with it). */

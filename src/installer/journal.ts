@@ -37,11 +37,6 @@ export interface Journal {
    * of its own (what installers before change sets wrote).
    */
   readonly set?: string;
-  /**
-   * The change set the controller declared this run part of (--change-set's id): the set
-   * restarts once every member of it is accounted for (set-marks.ts). Absent: not declared.
-   */
-  readonly changeSet?: string;
   /** Its place in the set (the order the changes were written in). */
   readonly seq?: number;
   /** The installer run that made the change (it waits for its outcome). */

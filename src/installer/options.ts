@@ -1,7 +1,6 @@
 import { HandlerSettings } from './containerd-config';
 import { badInput } from './errors';
 import { FlagError, FlagSpec, keyValues, parseFlags, wholeNumber } from '../shared/flags';
-import { ChangeSetRef, parseChangeSet } from '../shared/installer-contract';
 import { isAnnotationGlob, isDnsLabel, isRuntimeType, isSha256, isSnapshotterName, runtimeOptionKeyProblem } from '../shared/validation';
 
 export type Command = 'install' | 'uninstall' | 'status';
@@ -48,13 +47,10 @@ export interface InstallerOptions {
   readonly maxExtractedBytes: number;
   readonly maxFiles: number;
   readonly healthTimeoutSeconds: number;
-  /**
-   * The most a written change waits for the rest of its change set before containerd restarts:
-   * a bound for a member that never starts (its Job deleted before its pod ran), not a window.
-   */
+  /** How long a written change waits for the other installers on the node to add theirs before containerd restarts. */
   readonly setWaitSeconds: number;
-  /** The node's change set this run belongs to, as the controller planned it (--change-set). */
-  readonly changeSet?: ChangeSetRef;
+  /** How long a written change waits for other installers even when none is seen yet (they start a moment apart). */
+  readonly setGatherSeconds: number;
   readonly downloadTimeoutSeconds: number;
   readonly retries: number;
 }
@@ -88,8 +84,8 @@ export const FLAGS: FlagSpec[] = [
   { name: 'max-extracted-size', arg: 'BYTES', help: 'most a .tar.gz artifact may unpack to (default 1073741824)' },
   { name: 'max-files', arg: 'N', help: 'most entries a .tar.gz artifact may hold (default 1000)' },
   { name: 'health-timeout', arg: 'SECONDS', help: 'how long to wait for containerd after a restart (default 60)' },
-  { name: 'change-set', arg: 'ID/SIZE', help: "the node's change set this run belongs to, as the controller planned it: containerd restarts once every one of its SIZE operations wrote its change or ended without one" },
-  { name: 'set-wait', arg: 'SECONDS', help: 'the most a written change waits for the rest of its change set before containerd restarts: a bound for a member that never starts (its Job deleted before its pod ran), not a gathering window; without --change-set, for installers seen waiting for the host lock (default 120)' },
+  { name: 'set-gather', arg: 'SECONDS', help: 'how long a written change waits for installers that start a moment later (a wave of Jobs is created one reconcile apart) before containerd restarts (default 3)' },
+  { name: 'set-wait', arg: 'SECONDS', help: 'how long a written change waits for the other installers running on the node to add theirs, so that containerd restarts once for all (default 15)' },
   { name: 'download-timeout', arg: 'SECONDS', help: 'most one download attempt may take in all, connecting included (default 120)' },
   { name: 'retries', arg: 'N', help: 'download attempts after the first (default 3)' },
   { name: 'json-logs', help: 'log JSON lines on stderr' },
@@ -233,21 +229,11 @@ function validated(argv: string[], env: NodeJS.ProcessEnv, defaultPlatform: stri
     maxExtractedBytes: wholeNumber(single['max-extracted-size'], 'max-extracted-size', 1024 * 1024 * 1024),
     maxFiles: wholeNumber(single['max-files'], 'max-files', 1000),
     healthTimeoutSeconds: wholeNumber(single['health-timeout'], 'health-timeout', 60),
-    setWaitSeconds: wholeNumber(single['set-wait'], 'set-wait', 120, 0),
-    changeSet: changeSetOf(single['change-set']),
+    setWaitSeconds: wholeNumber(single['set-wait'], 'set-wait', 15, 0),
+    setGatherSeconds: wholeNumber(single['set-gather'], 'set-gather', 3, 0),
     downloadTimeoutSeconds: wholeNumber(single['download-timeout'], 'download-timeout', 120),
     retries: wholeNumber(single.retries, 'retries', 3, 0),
   };
-}
-
-/** The --change-set value, checked (its error names the flag). */
-function changeSetOf(text: string | undefined): ChangeSetRef | undefined {
-  if (text === undefined) return undefined;
-  try {
-    return parseChangeSet(text);
-  } catch (e) {
-    throw badInput((e as Error).message);
-  }
 }
 
 /** The artifact URL for this node's platform: an exact platform entry wins over --location. */

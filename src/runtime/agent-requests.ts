@@ -36,9 +36,11 @@ export function agentJobViews(nodes: readonly NodeView[], nowMs: number): JobVie
 
 /**
  * What the controller admits for an operation (AdmittedRequest), written as JSON under the
- * Shim's name in the node's requests ConfigMap.
+ * Shim's name in the node's requests ConfigMap. `pacing`: the least time between two passes of
+ * one Shim and the slowest recent pass (see AdmittedRequest).
  */
-export function admittedRequest(settings: JobSettings, shim: ShimObject, job: JobRequest, now: string): AdmittedRequest {
+export function admittedRequest(settings: JobSettings, shim: ShimObject, job: JobRequest, now: string,
+  pacing?: { passIntervalMs: number; slowestPassMs: number }): AdmittedRequest {
   return {
     name: job.name,
     shimUid: shim.metadata.uid,
@@ -49,6 +51,7 @@ export function admittedRequest(settings: JobSettings, shim: ShimObject, job: Jo
     batch: job.batch,
     ...(job.artifact?.sha256 ? { sha256: job.artifact.sha256 } : {}),
     createdAt: now,
+    ...(pacing ? { passIntervalMs: pacing.passIntervalMs, slowestPassMs: Math.round(pacing.slowestPassMs) } : {}),
     ...(job.recordOnSuccess ? { onSuccess: job.recordOnSuccess } : {}),
     request: installerRequest(settings, shim, job),
   };

@@ -6,10 +6,9 @@ import { admittedRequest, observeRequests } from './agent-requests';
 import { Handlers, Informer } from './informer';
 import { CreatedJob, ObservedJob } from './job-judgement';
 import { ANNOTATION_SHIM, installerJob, JobObserver, JobSettings, LABEL_BATCH, LABEL_MANAGED_BY, LABEL_SHIM_UID, MANAGED_BY } from './jobs';
-import { planFleet, ShimPlan } from './fleet-pass';
-import { Hold, holdsOf } from './held-shims';
 import { Metrics } from './metrics';
-import { FINALIZER, VisitMemos } from './planner';
+import { PassDurations } from './pass-durations';
+import { FINALIZER, planPass, VisitMemos } from './planner';
 import { WorkQueue } from './queue';
 import { canonical } from './runtime-class';
 import {
@@ -23,11 +22,6 @@ import { isConflictOrExists, isNotFound, Kube, unlessNotFound } from '../shared/
 import { Logger } from '../shared/log';
 
 export const FIELD_MANAGER = 'rcm-controller';
-/**
- * The work queue's one key: a pass plans the whole fleet (fleet-pass.ts), so that a node's
- * operations of every Shim are admitted together, as one change set.
- */
-const FLEET = 'fleet';
 
 /**
  * What the adapter carries out: the planner's actions, and in install mode NodeAgent a node
@@ -59,14 +53,13 @@ interface NodeCache {
 
 export class Controller {
   /**
-   * At most one pass per second per thousand nodes (at least one second apart): a pass costs
-   * time in proportion to the fleet, and events in between are handled by the next pass anyway.
+   * At most one reconcile of a Shim per second per thousand nodes (at least one second apart):
+   * a pass costs time in proportion to the fleet, and events in between are handled by the
+   * next pass anyway.
    */
   readonly queue = new WorkQueue(200, 60_000, () => this.passIntervalMs());
-  /** When each hold of a Shim began (held-shims.ts, holdKey): its bound counts from there. */
-  private readonly holdsSince = new Map<string, number>();
-  /** The Shims the last pass planned, by name: one that is gone drops its metric series. */
-  private planned = new Set<string>();
+  /** How long passes took lately: the node agents wait that much longer for a change's requests (see AdmittedRequest). */
+  private readonly passDurations = new PassDurations();
   /** What each Shim's last pass made of each node: nodes as they were are not visited again (planner.ts). */
   private readonly visits = new VisitMemos();
   private shims!: Informer<ShimObject>;
@@ -101,7 +94,10 @@ export class Controller {
   constructor(private readonly kube: Kube, private readonly settings: ControllerSettings,
     private readonly log: Logger, private readonly metrics: Metrics) {}
 
-  /** The least time between two passes. */
+  /**
+   * The least time between two passes of one Shim. The node agents learn it from each request:
+   * a node's requests of several Shims, caused by one change, arrive at most this far apart.
+   */
   private passIntervalMs(): number {
     return Math.max(1000, this.nodes?.size ?? 0);
   }
@@ -111,18 +107,19 @@ export class Controller {
   }
 
   async start(): Promise<void> {
-    const enqueueAll = () => this.wake();
+    const enqueueAll = () => this.shims?.list().forEach(s => this.queue.add(s.metadata.name));
     const byAnnotation = (o: any) => {
-      if (o?.metadata?.annotations?.[ANNOTATION_SHIM]) this.wake();
+      const shim = o?.metadata?.annotations?.[ANNOTATION_SHIM];
+      if (shim) this.queue.add(shim);
     };
     const onNode = (before?: NodeView, after?: NodeView) => {
-      if (this.shims.list().some(shim => nodeChangeAffects(shim, before, after))) this.wake();
+      for (const shim of this.shims.list()) if (nodeChangeAffects(shim, before, after)) this.queue.add(shim.metadata.name);
     };
     this.shims = await this.inform(SHIMS, { json: slimShim }, {
-      add: () => this.wake(),
-      update: () => this.wake(),
-      // A pass after a Shim is gone drops its metric series.
-      delete: () => this.wake(),
+      add: s => this.queue.add(s.metadata.name),
+      update: (_, s) => this.queue.add(s.metadata.name),
+      // A reconcile of a Shim that is gone drops its metric series.
+      delete: s => this.queue.add(s.metadata.name),
     });
     if (this.agentMode) {
       this.nodes = await this.informAgentNodes(onNode);
@@ -138,11 +135,6 @@ export class Controller {
     // Level-triggered: a periodic pass catches anything a missed event would hide.
     this.resync = setInterval(enqueueAll, this.settings.resyncSeconds * 1000);
     for (let i = 0; i < this.settings.workers; i++) void this.work();
-  }
-
-  /** A pass of the fleet is due. */
-  private wake(): void {
-    this.queue.add(FLEET);
   }
 
   private get agentMode(): boolean {
@@ -204,22 +196,13 @@ export class Controller {
    * it left it (two Shims' passes run at once, and one's withdrawal of a recorded request must
    * not remove the other's new one).
    */
-  private setRequest(node: string, shim: string, text: string | null, expected?: string): Promise<void> {
-    return this.setRequests(node, { [shim]: text }, expected);
-  }
-
-  /**
-   * Sets several Shims' requests on a node in one write (a change set, fleet-pass.ts), or
-   * withdraws them (null); `expected` as for setRequest (one Shim's withdrawal).
-   */
-  private async setRequests(node: string, texts: Readonly<Record<string, string | null>>, expected?: string): Promise<void> {
+  private async setRequest(node: string, shim: string, text: string | null, expected?: string): Promise<void> {
     const previous = this.requestWrites.get(node) ?? Promise.resolve();
     const write = previous.catch(() => undefined).then(async () => {
       const requests = this.agentViews!.requests;
-      const entries = Object.entries(texts);
-      if (expected !== undefined && entries.some(([shim, text]) => text === null && requests.requestOf(node, shim) !== expected)) return;
-      const patch = Object.assign({}, ...entries.map(([shim, text]) => requests.patchFor(node, shim, text) ?? {}));
-      if (Object.keys(patch).length > 0) await this.writeRequests(node, patch);
+      if (text === null && expected !== undefined && requests.requestOf(node, shim) !== expected) return;
+      const patch = requests.patchFor(node, shim, text);
+      if (patch) await this.writeRequests(node, patch);
     });
     this.requestWrites.set(node, write);
     try {
@@ -313,9 +296,9 @@ export class Controller {
   }
 
   private onRuntimeClass(rc: any): void {
-    if ((rc.metadata?.ownerReferences ?? []).some((o: any) => o.kind === 'Shim')) this.wake();
+    for (const o of rc.metadata?.ownerReferences ?? []) if (o.kind === 'Shim') this.queue.add(o.name);
     // A Shim waiting for this name (a conflict that went away, or one to adopt).
-    if (this.shims.list().some(s => s.spec?.runtimeClass?.name === rc.metadata?.name)) this.wake();
+    for (const s of this.shims.list()) if (s.spec?.runtimeClass?.name === rc.metadata?.name) this.queue.add(s.metadata.name);
   }
 
   async stop(): Promise<void> {
@@ -359,8 +342,9 @@ export class Controller {
       this.metrics.queueDepth.set(this.queue.depth);
       const started = process.hrtime.bigint();
       const seconds = () => Number(process.hrtime.bigint() - started) / 1e9;
+      const pass = this.passDurations.begin(Date.now());
       try {
-        await this.reconcile();
+        await this.reconcile(key);
         this.queue.forget(key);
         this.metrics.reconciles.inc({ result: 'success' });
         this.metrics.reconcileDuration.observe({ result: 'success' }, seconds());
@@ -368,8 +352,9 @@ export class Controller {
         const delay = this.queue.retry(key);
         this.metrics.reconciles.inc({ result: 'error' });
         this.metrics.reconcileDuration.observe({ result: 'error' }, seconds());
-        this.log.warn('a pass failed, retrying', { error: (e as Error).message, retryInMs: delay });
+        this.log.warn('reconcile failed, retrying', { shim: key, error: (e as Error).message, retryInMs: delay });
       } finally {
+        pass.end(Date.now());
         this.queue.done(key);
       }
     }
@@ -401,79 +386,36 @@ export class Controller {
       });
   }
 
-  /**
-   * One pass over the fleet: every Shim planned from one reading of the caches, each node's
-   * admissions of all of them one change set (fleet-pass.ts), then carried out, Shim by Shim
-   * beside each other. A Shim whose actions fail does not stop the others'; the pass is retried.
-   */
-  async reconcile(): Promise<void> {
-    const shims = this.shims.list();
-    const names = new Set(shims.map(s => s.metadata.name));
-    for (const gone of [...this.planned].filter(n => !names.has(n))) this.metrics.forgetShim(gone); // its finalizer was released already
-    this.planned = names;
-    this.visits.keepOnly(new Set(shims.map(s => s.metadata.uid)));
-    // One clock reading per pass: the holds, the Jobs' judgement and every plan by the same `now`.
-    const nowMs = Date.now();
-    const now = new Date(nowMs).toISOString();
-    const held = this.holds(shims, nowMs);
+  async reconcile(name: string): Promise<void> {
+    const shim = this.shims.get(name);
+    if (!shim) {
+      this.metrics.forgetShim(name); // gone: its finalizer was released already
+      this.visits.keepOnly(new Set(this.shims.list().map(s => s.metadata.uid)));
+      return;
+    }
+    // One clock reading per pass: the planner judges the Jobs and plans by the same `now`.
     const planning = process.hrtime.bigint();
-    const result = planFleet({
-      shims,
-      held,
+    const result = planPass({
+      shim,
       nodes: this.nodes.list(),
       nodeNamed: n => this.nodes.get(n),
       observed: this.observedJobs(),
       writes: { created: [...this.createdJobs.values()], deleted: [...this.deletedJobs] },
-      runtimeClassesOf: shim => this.runtimeClassViews(shim),
+      otherShims: this.shims.list().filter(s => s.metadata.name !== name),
+      runtimeClasses: this.runtimeClassViews(shim),
       retry: this.settings.retry,
-      now,
+      now: new Date().toISOString(),
       installMode: this.settings.installMode,
       visits: this.visits,
     });
     this.metrics.planSeconds.inc(Number(process.hrtime.bigint() - planning) / 1e9);
     for (const created of result.settled.created) this.createdJobs.delete(created);
     for (const deleted of result.settled.deleted) this.deletedJobs.delete(deleted);
-    this.metrics.observeJobs(result.jobs);
-    const admissions = new Map<string, { shim: ShimObject; job: JobRequest }[]>();
-    const outcomes = await Promise.allSettled(result.plans.map(p => this.carryOutPlan(p, result.jobs, admissions)));
-    outcomes.push(...await this.admitAll(admissions));
-    const requeue = Math.min(...result.plans.map(p => p.requeueAfterSeconds ?? Infinity).map(s => s * 1000),
-      ...held.map(h => h.untilMs - nowMs).filter(ms => ms > 0));
-    if (Number.isFinite(requeue)) this.queue.addAfter(FLEET, requeue);
-    const failed = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected');
-    if (failed.length > 0) throw new Error(failed.map(f => (f.reason as Error)?.message ?? String(f.reason)).join('; '));
-  }
-
-  /**
-   * The holds of this pass (held-shims.ts), with when each began kept from pass to pass: one
-   * that is new is logged.
-   */
-  private holds(shims: readonly ShimObject[], nowMs: number): Hold[] {
-    const holds = holdsOf(shims, this.holdsSince, nowMs);
-    const keys = new Set(holds.map(h => h.key));
-    for (const key of [...this.holdsSince.keys()]) if (!keys.has(key)) this.holdsSince.delete(key);
-    for (const h of holds) {
-      if (this.holdsSince.has(h.key)) continue;
-      this.holdsSince.set(h.key, nowMs);
-      this.log.info('a Shim waits for the others applied together with it', { shim: h.shim, reason: h.reason, atMostMs: h.untilMs - nowMs });
-    }
-    return holds;
-  }
-
-  /**
-   * One Shim's plan: its actions in order, then its status. In install mode NodeAgent its
-   * admissions are left in `admissions`: each node's go in one write (admitAll).
-   */
-  private async carryOutPlan(result: ShimPlan, jobs: readonly JobView[], admissions: Map<string, { shim: ShimObject; job: JobRequest }[]>): Promise<void> {
-    const { shim } = result;
-    const name = shim.metadata.name;
+    const jobs = result.jobs;
+    this.metrics.observeJobs(jobs);
     const created: JobRequest[] = [];
     try {
       for (const action of this.agentMode ? this.withRecordedRequests(shim, result.actions, jobs) : result.actions) {
-        if (action.kind === 'createJob' && this.agentMode) {
-          admissions.set(action.job.node, [...admissions.get(action.job.node) ?? [], { shim, job: action.job }]);
-          continue;
-        }
         await this.carryOut(shim, action, jobs);
         if (action.kind === 'createJob') created.push(action.job);
       }
@@ -484,31 +426,8 @@ export class Controller {
       && (!shim.metadata.deletionTimestamp || (shim.metadata.finalizers ?? []).includes(FINALIZER))) {
       await this.writeStatus(shim, result.status);
     }
+    if (result.requeueAfterSeconds !== undefined) this.queue.addAfter(name, result.requeueAfterSeconds * 1000);
     this.metrics.observeRollout(name, result.status);
-  }
-
-  /** Install mode NodeAgent: each node's requests of this pass, of every Shim, in one write (fifty nodes at a time). */
-  private async admitAll(admissions: Map<string, { shim: ShimObject; job: JobRequest }[]>): Promise<PromiseSettledResult<void>[]> {
-    const nodes = [...admissions];
-    const outcomes: PromiseSettledResult<void>[] = [];
-    for (let i = 0; i < nodes.length; i += 50) {
-      outcomes.push(...await Promise.allSettled(nodes.slice(i, i + 50).map(async ([node, these]) => {
-        const at = new Date().toISOString();
-        await this.setRequests(node, Object.fromEntries(these.map(({ shim, job }) => [shim.metadata.name, JSON.stringify(admittedRequest(this.settings, shim, job, at))])));
-        for (const { shim, job } of these) this.admitted(shim, job);
-      })));
-    }
-    for (const [shim, jobs] of groupBy([...admissions.values()].flat(), a => a.shim.metadata.name)) this.logCreated(shim, jobs.map(a => a.job));
-    return outcomes;
-  }
-
-  /** An operation handed over (a Job created, a request written): counted until the caches show it. */
-  private admitted(shim: ShimObject, job: JobRequest): void {
-    this.createdJobs.set(job.name, { job, shimUid: shim.metadata.uid, at: new Date().toISOString() });
-    // A request admitted again under a name it withdrew (the same attempt, once the node is
-    // ready again) is no longer withdrawn: the cache may show the name again before it showed
-    // it gone, and must not hide the new admission. (A Job's add event does this in Job mode.)
-    if (this.agentMode) this.deletedJobs.delete(job.name);
   }
 
   /**
@@ -591,12 +510,22 @@ export class Controller {
         return;
       }
       case 'createJob': {
-        try {
-          await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, installerJob(this.settings, shim, action.job));
-        } catch (e) {
-          if (!isConflictOrExists(e)) throw e;
+        if (this.agentMode) {
+          const pacing = { passIntervalMs: this.passIntervalMs(), slowestPassMs: this.passDurations.slowest(Date.now()) };
+          const text = JSON.stringify(admittedRequest(this.settings, shim, action.job, new Date().toISOString(), pacing));
+          await this.setRequest(action.job.node, name, text);
+        } else {
+          try {
+            await this.kube.create(`/apis/batch/v1/namespaces/${this.settings.namespace}/jobs`, installerJob(this.settings, shim, action.job));
+          } catch (e) {
+            if (!isConflictOrExists(e)) throw e;
+          }
         }
-        this.admitted(shim, action.job);
+        this.createdJobs.set(action.job.name, { job: action.job, shimUid: shim.metadata.uid, at: new Date().toISOString() });
+        // A request admitted again under a name it withdrew (the same attempt, once the node is
+        // ready again) is no longer withdrawn: the cache may show the name again before it showed
+        // it gone, and must not hide the new admission. (A Job's add event does this in Job mode.)
+        if (this.agentMode) this.deletedJobs.delete(action.job.name);
         return;
       }
       case 'deleteJob': {
@@ -633,7 +562,7 @@ export class Controller {
           })
           .finally(() => {
             this.cleaning.delete(uid);
-            this.wake();
+            this.queue.add(name);
           });
         return;
       }
@@ -699,10 +628,4 @@ export class Controller {
     }
     this.log.info(message, { shim: shim.metadata.name, event: reason, type });
   }
-}
-
-function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
-  const groups = new Map<string, T[]>();
-  for (const item of items) groups.set(key(item), [...groups.get(key(item)) ?? [], item]);
-  return groups;
 }

@@ -5,7 +5,7 @@
 import { ObservedInstallerJob } from './job-judgement';
 import { runtimeOptionsOf } from './planner';
 import { ImageArtifact, JobRequest, ShimObject } from './types';
-import { changeSetText, InstallerRequest, POD_HOST_ROOT, toEnv } from '../shared/installer-contract';
+import { InstallerRequest, POD_HOST_ROOT, toEnv } from '../shared/installer-contract';
 
 export const MANAGED_BY = 'rcm-controller';
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
@@ -156,7 +156,6 @@ export function installerRequest(settings: JobSettings, shim: ShimObject, reques
     location: artifact?.location,
     ...(artifact?.image ? { artifactFile: ARTIFACT_FILE, artifactOrigin: `${artifact.image.reference}:${artifact.image.path}` } : {}),
     sha256: artifact?.sha256,
-    ...(request.changeSet ? { changeSet: changeSetText(request.changeSet) } : {}),
   };
   if (request.operation !== 'install') return base;
   const options = runtimeOptionsOf(spec);

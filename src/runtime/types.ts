@@ -189,17 +189,10 @@ export interface JobRequest {
    * controller's own write of the record, and the watch event that write is, are saved.
    */
   readonly recordOnSuccess?: RecordPatch;
-  /**
-   * The node's change set: every operation this pass admitted for the node, of every Shim
-   * (fleet-pass.ts). The installers on the node restart the container runtime once for all of
-   * them, however far apart they start.
-   */
-  readonly changeSet?: ChangeSetRef;
 }
 
 /** A Shim's record on a node as a merge patch: what a request carries as `onSuccess` (agent-protocol.ts). */
 export type { RecordPatch } from '../shared/agent-protocol';
-import type { ChangeSetRef } from '../shared/installer-contract';
 
 export type Action =
   | { kind: 'addFinalizer' }

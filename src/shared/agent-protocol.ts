@@ -33,6 +33,21 @@ export interface AdmittedRequest {
   readonly sha256?: string;
   readonly createdAt: string;
   /**
+   * The least time between two passes of one Shim in the controller that admitted it (one
+   * second per thousand nodes, at least one). One change on a node (Shims deleted at once, the
+   * gates a drift check dropped) makes every Shim concerned admit its request within that
+   * interval of it, so the agent waits that long for more before it starts a change set.
+   * Absent from controllers before it was added: the agent then waits its default.
+   */
+  readonly passIntervalMs?: number;
+  /**
+   * The longest one of that controller's passes took within the last minute. Its passes of
+   * several Shims run at once and each writes its requests as it goes, so the requests one
+   * change causes can also arrive this much further apart: the agent waits that much longer
+   * (up to a bound). Absent from controllers before it was added: 0.
+   */
+  readonly slowestPassMs?: number;
+  /**
    * The Shim's record on the node once this operation succeeded, as the controller would write
    * it then (a merge patch of the Shim's gate and state labels and its installed and failure
    * annotations; null removes): the agent writes it with the outcome, in the same write, and

@@ -26,31 +26,6 @@ export interface InstallerRequest {
   readonly containerAnnotations?: readonly string[];
   readonly privilegedWithoutHostDevices?: boolean;
   readonly snapshotter?: string;
-  /**
-   * The node's change set this operation belongs to, as the controller planned it:
-   * `<id>/<size>` (changeSetRef). Every operation the controller admitted for one node in one
-   * pass carries the same id and the number of them; the installers on the node apply them
-   * with one restart once all `size` are accounted for, whenever each of them starts.
-   */
-  readonly changeSet?: string;
-}
-
-/** A node's change set: its id and how many operations it holds. */
-export interface ChangeSetRef {
-  readonly id: string;
-  readonly size: number;
-}
-
-/** A change set as the installer's `--change-set` flag carries it. */
-export function changeSetText(set: ChangeSetRef): string {
-  return `${set.id}/${set.size}`;
-}
-
-/** The change set of a `--change-set` value; an error naming the flag for anything else. */
-export function parseChangeSet(text: string): ChangeSetRef {
-  const m = /^([a-z0-9]{1,40})\/([1-9][0-9]{0,3})$/.exec(text);
-  if (!m) throw new Error(`--change-set: expected <id>/<size> (an id of lowercase letters and digits, a size from 1), got "${text}"`);
-  return { id: m[1], size: Number(m[2]) };
 }
 
 /** The installer flag behind each field of a request (the command is the pod's argument). */
@@ -69,7 +44,6 @@ const FLAG_OF = {
   containerAnnotations: 'container-annotation',
   privilegedWithoutHostDevices: 'privileged-without-host-devices',
   snapshotter: 'snapshotter',
-  changeSet: 'change-set',
 } as const satisfies Record<Exclude<keyof InstallerRequest, 'command'>, string>;
 
 /** Where the installer's pod mounts the host's / (the Job's hostPath volume). */
@@ -124,7 +98,6 @@ export function fromEnv(command: InstallerRequest['command'], env: Readonly<Reco
     containerAnnotations: lines('containerAnnotations'),
     privilegedWithoutHostDevices: privileged === undefined ? undefined : privileged === 'true',
     snapshotter: get('snapshotter'),
-    changeSet: get('changeSet'),
   };
   return Object.fromEntries(Object.entries(request).filter(([, v]) => v !== undefined)) as unknown as InstallerRequest;
 }

@@ -27,7 +27,7 @@ const bench = installerBench({ name: 'agent-start', shim: true });
 
 function startAgent(node: NodeStandIn, host: FakeHost): { stop: () => Promise<void> } {
   const agent = new NodeAgent(node as unknown as Kube, {
-    nodeName: 'n1', namespace: 'rcm', installerArgs: fakeHostArgs(host, HANDLER), platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60,
+    nodeName: 'n1', namespace: 'rcm', installerArgs: [...fakeHostArgs(host, HANDLER), '--set-gather=0'], platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60,
   }, new Logger(false));
   const started = agent.start();
   return { stop: async () => { await agent.stop(10_000); await started; } };

@@ -35,7 +35,7 @@ let artifact: { url: string; sha256: string };
 let crio: CrioHosts;
 
 function hostArgs(host: FakeHost): string[] {
-  return [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--retries=0', '--health-timeout=5'];
+  return [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--retries=0', '--health-timeout=5', '--set-gather=0'];
 }
 
 /** `status`, as the agent's drift check runs it (in process). */

@@ -33,7 +33,7 @@ async function agentOn(status: Record<string, unknown>, settings: Partial<AgentS
   const node = new NodeStandIn();
   node.setStatus(status);
   const agent = new NodeAgent(node as unknown as Kube, {
-    nodeName: 'n1', namespace: 'rcm', installerArgs: fakeHostArgs(host, HANDLER), platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60, ...settings,
+    nodeName: 'n1', namespace: 'rcm', installerArgs: [...fakeHostArgs(host, HANDLER), '--set-gather=0'], platform: 'linux/amd64', driftCheckSeconds: 0, progressReportSeconds: 60, ...settings,
   }, new Logger(false));
   const started = agent.start();
   await eventually(async () => node.watched, 10_000, () => 'the agent never watched its node');

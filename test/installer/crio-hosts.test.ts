@@ -133,11 +133,11 @@ test.each([
   expect(served(host).crio.runtime.runtimes.rcmtest).toBeUndefined();
 });
 
-test('two Shims of one declared change set on a CRI-O node: one restart for both (the change sets of containerd nodes)', async () => {
+test('two Shims installed at once on a CRI-O node: one restart for both (the change sets of containerd nodes)', async () => {
   const host = await crio.host('1.29.1');
   const [a, b] = await Promise.all(['rcm-a', 'rcm-b'].map(handler => runBundle(bundle, 'install', [
     `--host-root=${host.root}`, `--host-pid=${host.pid}`, `--handler=${handler}`, '--shim-name=rcmtest', '--retries=0', '--health-timeout=5',
-    '--change-set=crio2/2', `--location=${bench.shim.url}`,
+    '--set-gather=5', `--location=${bench.shim.url}`,
   ])));
   expectOk(a);
   expectOk(b);

@@ -296,7 +296,7 @@ export function crioBench(options: CrioBenchOptions): CrioBench {
       return v1Shim;
     },
     crio,
-    args: (host, extra = []) => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', '--health-timeout=5', ...extra],
+    args: (host, extra = []) => [`--host-root=${host.root}`, `--host-pid=${host.pid}`, '--handler=rcmtest', '--retries=0', '--health-timeout=5', '--set-gather=0', ...extra],
     expectOk: r => {
       if (r.code !== 0) throw new Error(`exit ${r.code}: ${r.stderr}`);
     },

@@ -110,10 +110,10 @@ describe('the installer and its lock, on a fake host', () => {
     // GIVEN an installer stuck in its restart, holding the lock
     const lockFile = path.join(host.root, hostLockPath('/opt/rcm'));
     const resultFile = path.join(work, 'stuck.json');
-    // (alone on the node, its written change waits for nobody: it holds the lock through the
-    // restart, where a change waiting for others of its set would take it in short polls)
+    // (no gather window: a written change that waits for others of its set takes the lock in
+    // short polls, and a check between two would see it free)
     const stuck = spawn(process.execPath, [bundle, 'install', ...args('rcmtest'), `--location=${url}`, '--restart=command',
-      '--restart-command=sleep 60', '--health-timeout=1', `--result-file=${resultFile}`], { stdio: 'ignore' });
+      '--restart-command=sleep 60', '--health-timeout=1', '--set-gather=0', `--result-file=${resultFile}`], { stdio: 'ignore' });
     started.push(stuck);
     // Held, and still held half a second later: the installer is in its restart, not in a short hold before it.
     const sleep = (ms: number) => new Promise(r => setTimeout(r, ms));

@@ -20,7 +20,6 @@ const FULL: InstallerRequest = {
   containerAnnotations: ['a/*', 'b/*'],
   privilegedWithoutHostDevices: true,
   snapshotter: 'native',
-  changeSet: 'p1a2/3',
 };
 
 const asProcessEnv = (env: { name: string; value: string }[]) => Object.fromEntries(env.map(e => [e.name, e.value]));
@@ -42,21 +41,7 @@ test('a request as the pod\'s environment is what the installer parses, field by
     runtimeType: 'io.containerd.runc.v2',
     handlerSettings: { podAnnotations: ['dev.gvisor.*'], containerAnnotations: ['a/*', 'b/*'], privilegedWithoutHostDevices: true, snapshotter: 'native' },
     jsonLogs: true,
-    changeSet: { id: 'p1a2', size: 3 },
   });
-});
-
-test('a --change-set that is not <id>/<size> is a usage error naming the flag', () => {
-  for (const bad of ['p1', 'P1/3', 'p1/0', 'p1/x', '/3']) {
-    let error: any;
-    try {
-      parseOptions(['install', '--handler=spin', '--location=https://e.com/s.tgz', `--change-set=${bad}`], {}, 'linux/amd64');
-    } catch (e) {
-      error = e;
-    }
-    expect({ bad, exitCode: error?.exitCode, message: error?.message }).toEqual({ bad, exitCode: 2, message: expect.stringMatching(/^--change-set: expected <id>\/<size>/) });
-  }
-  expect(parseOptions(['install', '--handler=spin', '--location=https://e.com/s.tgz'], {}, 'linux/amd64')).toMatchObject({ changeSet: undefined, setWaitSeconds: 120 });
 });
 
 test('toEnv and fromEnv are inverses; an image artifact and an uninstall too', () => {
